@@ -1,0 +1,35 @@
+# exactonce: PGXS build.  The extension script lives in src/ and is copied to
+# exactonce--<version>.sql, the version being read from exactonce.control.
+
+EXTENSION = exactonce
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+
+MODULE_big = exactonce
+OBJS = \
+	src/exactonce.o \
+	src/pipeline.o \
+	src/spi_util.o \
+	src/queue.o \
+	src/state.o \
+	src/map.o \
+	src/reduce.o \
+	src/drain.o \
+	src/fault.o \
+	src/stats.o
+
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out
+
+# -Wextra on top of PGXS's -Wall; the three exclusions are noise from the
+# server headers themselves, not from this code.
+PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
+	cp $< $@

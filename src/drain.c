@@ -1,0 +1,319 @@
+/*-------------------------------------------------------------------------
+ *
+ * drain.c
+ *		Drive events from the queue through state, map and reduce.
+ *
+ * Each batch runs its state and map stages in a subtransaction.  When that
+ * fails, the subtransaction rolls back and nothing of the batch remains:
+ *	 - a transient failure (injected fault, serialization failure, deadlock,
+ *	   lock timeout) is retried, with backoff, a bounded number of times and
+ *	   then raised, so the whole transaction rolls back and runs again later;
+ *	 - any other failure is retried once, then the batch is split in halves,
+ *	   down to single events, and an event that fails alone is a poison
+ *	   event: it goes to dead_letters with the error message.
+ * Nothing is lost either way, and a poison event never blocks its queue.
+ *
+ * The queue position and the counters move in the transaction that applies
+ * the batch, so after a crash the batch is either wholly done or not at all.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+PG_FUNCTION_INFO_V1(exactonce_flush);
+
+#define TRANSIENT_RETRIES	8
+#define DATA_RETRIES		1
+
+/*
+ * IsTransient tells whether an error may go away when the work is retried.
+ */
+static bool
+IsTransient(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_EXACTONCE_INJECTED_FAULT ||
+		sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+}
+
+/*
+ * MustPropagate tells whether an error must not be caught at all: cancels,
+ * shutdowns and resource exhaustion end the transaction.
+ */
+static bool
+MustPropagate(int sqlerrcode)
+{
+	int			class = ERRCODE_TO_CATEGORY(sqlerrcode);
+
+	return class == ERRCODE_TO_CATEGORY(ERRCODE_OPERATOR_INTERVENTION) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_INSUFFICIENT_RESOURCES) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_PROGRAM_LIMIT_EXCEEDED) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_INTERNAL_ERROR);
+}
+
+/*
+ * Backoff sleeps before retry number attempt (1, 2, ...): 10 ms doubling up
+ * to one second, interruptible.
+ */
+static void
+Backoff(int attempt)
+{
+	long		ms = 10L << Min(attempt - 1, 7);
+
+	CHECK_FOR_INTERRUPTS();
+	pg_usleep(Min(ms, 1000L) * 1000L);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * RunInSubxact runs fn(arg) in a subtransaction.  It returns NULL on success,
+ * or the error, with the subtransaction rolled back; errors that must end
+ * the transaction are re-thrown.
+ */
+static ErrorData *
+RunInSubxact(void (*fn) (void *), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile err = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+
+	if (err && MustPropagate(err->sqlerrcode))
+		ReThrowError(err);
+	return err;
+}
+
+/* A batch on its way through state and map. */
+typedef struct BatchWork
+{
+	Pipeline   *p;
+	Event	   *events;
+	int			n;
+	int64		rotation;
+	StageCounts counts;
+} BatchWork;
+
+/*
+ * StateAndMap runs stages 1 and 2 on a batch (RunInSubxact callback).
+ */
+static void
+StateAndMap(void *arg)
+{
+	BatchWork  *b = arg;
+	int			ndeltas;
+	Delta	   *deltas;
+	uint8		token[EXACTONCE_TOKEN_LEN];
+
+	memset(&b->counts, 0, sizeof(StageCounts));
+	deltas = StateApply(b->p, b->events, b->n, &ndeltas, &b->counts);
+	MapStage(b->p, deltas, ndeltas, EXACTONCE_SOURCE_QUEUE, b->rotation, token);
+}
+
+/*
+ * AddCounts adds the counts of a batch to a total.
+ */
+static void
+AddCounts(StageCounts *total, const StageCounts *c)
+{
+	total->ingested += c->ingested;
+	total->applied += c->applied;
+	total->duplicates += c->duplicates;
+	total->stale += c->stale;
+	total->dead_lettered += c->dead_lettered;
+}
+
+/*
+ * ProcessBatch applies a batch through state and map, retrying and splitting
+ * as the file header describes.
+ */
+static void
+ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *counts)
+{
+	int			transient = 0;
+	int			data = 0;
+
+	BatchWork	b = {p, events, n, rotation};
+
+	for (;;)
+	{
+		ErrorData  *err = RunInSubxact(StateAndMap, &b);
+
+		if (err == NULL)
+		{
+			AddCounts(counts, &b.counts);
+			return;
+		}
+		if (IsTransient(err->sqlerrcode))
+		{
+			if (++transient > TRANSIENT_RETRIES)
+				ReThrowError(err);
+			Backoff(transient);
+			continue;
+		}
+		if (++data <= DATA_RETRIES)
+		{
+			Backoff(data);
+			continue;
+		}
+		if (n == 1)
+		{
+			DeadLetter dl = {events, psprintf("error: %s", err->message)};
+
+			DeadLettersInsert(p, &dl, 1);
+			counts->ingested++;
+			counts->dead_lettered++;
+			return;
+		}
+		ProcessBatch(p, events, n / 2, rotation, counts);
+		ProcessBatch(p, events + n / 2, n - n / 2, rotation, counts);
+		return;
+	}
+}
+
+/*
+ * Reduce runs stage 3 on all staged batches (RunInSubxact callback).
+ */
+static void
+Reduce(void *arg)
+{
+	ReduceApply((Pipeline *) arg, (Datum) 0, false);
+}
+
+/*
+ * ReduceWithRetry runs stage 3, retrying transient failures.
+ */
+static void
+ReduceWithRetry(Pipeline *p)
+{
+	for (int attempt = 1;; attempt++)
+	{
+		ErrorData  *err = RunInSubxact(Reduce, p);
+
+		if (err == NULL)
+			return;
+		if (!IsTransient(err->sqlerrcode) || attempt > TRANSIENT_RETRIES)
+			ReThrowError(err);
+		Backoff(attempt);
+	}
+}
+
+/*
+ * DrainSlot drains one partition from *position to its end, in batches,
+ * then truncates it.  It returns the number of events taken.
+ */
+static int64
+DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
+{
+	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
+	int			max = exactonce_batch_size;
+	Event	   *events;
+	MemoryContext batch_cxt,
+				old;
+	int64		total = 0;
+
+	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce batch",
+									  ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		StageCounts counts = {0};
+		int			n;
+		bool		exhausted;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(batch_cxt);
+		old = MemoryContextSwitchTo(batch_cxt);
+		events = palloc(sizeof(Event) * max);
+		n = QueueReadBatch(p, slotno, position, max, events);
+		if (n > 0)
+			ProcessBatch(p, events, n, rotation, &counts);
+		exhausted = n < max;
+		if (exhausted)
+		{
+			QueueTruncateSlot(p, slotno);
+			LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
+			*position = 0;
+		}
+		ProgressRecord(p, &counts, n > 0 ? 1 : 0,
+					   exhausted && advance ? rotation + 1 : rotation, *position);
+		MemoryContextSwitchTo(old);
+		total += n;
+		if (exhausted)
+			break;
+	}
+	MemoryContextDelete(batch_cxt);
+	return total;
+}
+
+/*
+ * DrainPipeline takes every committed event of the queue through the three
+ * stages, in this transaction, and returns how many it took.  The queue is
+ * frozen for the rest of the transaction.
+ */
+int64
+DrainPipeline(Pipeline *p, bool whole_queue)
+{
+	int64		rotation,
+				drain_rotation,
+				position;
+	bool		paused;
+	int64		total = 0;
+
+	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
+	if (whole_queue)
+		QueueFreeze(p);
+
+	/* partitions a worker sealed, then (frozen) the one taking inserts */
+	for (; drain_rotation < rotation; drain_rotation++)
+		total += DrainSlot(p, drain_rotation, &position, true);
+	if (whole_queue)
+		total += DrainSlot(p, rotation, &position, false);
+
+	ReduceWithRetry(p);
+	return total;
+}
+
+/*
+ * exactonce_flush drains a pipeline synchronously and returns the number of
+ * events it took from the queue.
+ */
+Datum
+exactonce_flush(PG_FUNCTION_ARGS)
+{
+	Pipeline   *p;
+	int64		taken;
+	int			nestlevel;
+
+	PipelineRequireReadCommitted("exactonce.flush()");
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	taken = DrainPipeline(p, true);
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_INT64(taken);
+}

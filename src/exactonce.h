@@ -1,0 +1,243 @@
+/*-------------------------------------------------------------------------
+ *
+ * exactonce.h
+ *		Types and entry points shared by the files of the exactonce extension.
+ *
+ * Data takes one path through the code:
+ *
+ *	 queue.c	reads a batch of events from a sealed ingest partition
+ *	 state.c	applies them to state and yields per-cell deltas	(stage 1)
+ *	 map.c		pre-aggregates the deltas, stages them under a token	(stage 2)
+ *	 reduce.c	applies staged batches to aggregates, once per token	(stage 3)
+ *	 drain.c	drives the three for flush() and the workers, with retries
+ *
+ * pipeline.c keeps the catalog, spi_util.c the prepared statements, fault.c
+ * the fault injection and stats.c the monitoring view.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_H
+#define EXACTONCE_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/fmgrprotos.h"
+#include "utils/hsearch.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#define EXACTONCE_MAX_DIMENSIONS	16
+#define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
+#define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
+#define EXACTONCE_SOURCE_QUEUE		"queue"
+
+/* SQLSTATE of injected faults, so retry logic can tell them from bad data */
+#define ERRCODE_EXACTONCE_INJECTED_FAULT	MAKE_SQLSTATE('E','O','0','0','1')
+
+/* GUCs (exactonce.c) */
+extern char *exactonce_database;
+extern int	exactonce_workers;
+extern int	exactonce_batch_size;
+extern int	exactonce_naptime;
+extern double exactonce_fault_state;
+extern double exactonce_fault_map;
+extern double exactonce_fault_reduce;
+
+typedef enum PipelineMode
+{
+	PIPELINE_LATEST,
+	PIPELINE_ACCUMULATE
+} PipelineMode;
+
+/* A pipeline as the stages need it: catalog row plus relation OIDs. */
+typedef struct Pipeline
+{
+	int32		id;
+	char	   *name;			/* also the schema name */
+	PipelineMode mode;
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	Oid			owner;
+	Oid			nspid;
+	Oid			ingest;			/* partitioned parent */
+	Oid			slots[EXACTONCE_SLOTS];
+	Oid			state;
+	Oid			state_pkey;
+	Oid			seen;			/* accumulate mode only */
+	Oid			seen_pkey;
+	Oid			progress;
+} Pipeline;
+
+/* One event, from the queue or from a caller's array. */
+typedef struct Event
+{
+	text	   *key;
+	int64		version;
+	Numeric		value;
+	bool		deleted;
+	TimestampTz event_time;
+	int			ord;			/* arrival order within the batch */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS];	/* text */
+} Event;
+
+/* The effect of one state transition on one leaf cell. */
+typedef struct Delta
+{
+	text	   *key;
+	int64		version;
+	Numeric		total;
+	int64		keys;
+	Datum		cell[EXACTONCE_MAX_DIMENSIONS];	/* text */
+} Delta;
+
+/* What the state stage did with a batch. */
+typedef struct StageCounts
+{
+	int64		ingested;
+	int64		applied;
+	int64		duplicates;
+	int64		stale;
+	int64		dead_lettered;
+} StageCounts;
+
+/* An event the pipeline could not apply, and why. */
+typedef struct DeadLetter
+{
+	Event	   *event;
+	char	   *reason;
+} DeadLetter;
+
+/* A rollup cell's identity, encoded as level and length-prefixed values. */
+typedef struct CellKey
+{
+	char	   *data;
+	int			len;
+} CellKey;
+
+/* A rollup cell and the change accumulated for it. */
+typedef struct Cell
+{
+	CellKey		key;			/* hash key, must be first */
+	int			level;
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS];	/* first "level" are set */
+	Numeric		total;
+	int64		keys;
+} Cell;
+
+/*
+ * TextCmp orders text by bytes, then length, as collation "C" does.
+ */
+static inline int
+TextCmp(text *a, text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/*
+ * NumericAdd returns a + b, exactly.
+ */
+static inline Numeric
+NumericAdd(Numeric a, Numeric b)
+{
+	return DatumGetNumeric(DirectFunctionCall2(numeric_add, NumericGetDatum(a),
+											   NumericGetDatum(b)));
+}
+
+/*
+ * NumericIsZero tells whether a equals 0.
+ */
+static inline bool
+NumericIsZero(Numeric a)
+{
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(a),
+											 NumericGetDatum(int64_to_numeric(0)))) == 0;
+}
+
+/* pipeline.c */
+extern Pipeline *PipelineLoad(const char *name, bool for_owner);
+extern Pipeline *PipelineLoadById(int32 id);
+extern List *PipelineListIds(void);
+extern void PipelineRequireReadCommitted(const char *what);
+
+/* spi_util.c */
+typedef struct PlanCache PlanCache;
+extern int	SpiPinSearchPath(void);
+extern void SpiUnpinSearchPath(int nestlevel);
+extern SPIPlanPtr SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),
+						  int nargs, Oid *argtypes);
+extern void SpiExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected);
+extern Datum TextArray(Datum *elems, bool *nulls, int n);
+extern Datum Int8Array(int64 *elems, int n);
+extern Datum NumericArray(Numeric *elems, int n);
+extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+						 int64 *drain_position, bool *paused);
+extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
+						   int64 drain_rotation, int64 drain_position);
+extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
+
+/* plan slots for SpiPlan */
+enum
+{
+	PLAN_PROGRESS_LOCK,
+	PLAN_PROGRESS_ADD,
+	PLAN_PROGRESS_DRAIN,
+	PLAN_STATE_UPSERT,
+	PLAN_SEEN_INSERT,
+	PLAN_DEAD_LETTER,
+	PLAN_LEDGER_STAGE,
+	PLAN_LEDGER_PENDING,
+	PLAN_LEDGER_PENDING_TOKENS,
+	PLAN_LEDGER_APPLIED,
+	PLAN_LEDGER_GC,
+	PLAN_AGG_UPSERT,
+	PLAN_AGG_DELETE,
+	PLAN_COUNT
+};
+
+/* positions of the event columns in an attnum map (queue.c) */
+#define EV_KEY		0
+#define EV_VERSION	1
+#define EV_VALUE	2
+#define EV_DELETED	3
+#define EV_TIME		4
+#define EV_DIM0		5
+#define EV_NATTS(p)	(EV_DIM0 + (p)->ndims)
+
+/* queue.c */
+extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
+extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,
+								 AttrNumber *attnums, Event *ev);
+extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
+						   Event *events);
+extern void QueueTruncateSlot(Pipeline *p, int slotno);
+extern void QueueFreeze(Pipeline *p);
+
+/* state.c */
+extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
+						 StageCounts *counts);
+
+/* map.c */
+extern HTAB *CellTableCreate(void);
+extern void CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys);
+extern int	CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols,
+					   Datum *totals, Datum *keys);
+extern bool MapStage(Pipeline *p, Delta *deltas, int n, const char *source,
+					 int64 position, uint8 *token);
+
+/* reduce.c */
+extern int	ReduceApply(Pipeline *p, Datum tokens, bool have_tokens);
+extern int64 LedgerCollect(Pipeline *p, const char *source, int64 position);
+
+/* drain.c */
+extern int64 DrainPipeline(Pipeline *p, bool whole_queue);
+
+/* fault.c */
+extern void FaultInit(void);
+extern void FaultMaybeFail(const char *stage, double probability);
+
+#endif							/* EXACTONCE_H */

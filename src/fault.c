@@ -1,0 +1,63 @@
+/*-------------------------------------------------------------------------
+ *
+ * fault.c
+ *		Fault injection: make a stage fail at random, as the resilience test
+ *		of the source material does, to prove that retries stay exact.
+ *
+ * The settings are PGC_SUSET: only a superuser can set them, for a session
+ * or in postgresql.conf.  An injected failure is an ordinary ERROR with its
+ * own SQLSTATE (EO001), raised after the stage did its work and before that
+ * work commits, so everything it did is rolled back and retried.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "common/pg_prng.h"
+#include "utils/guc.h"
+
+double		exactonce_fault_state = 0.0;
+double		exactonce_fault_map = 0.0;
+double		exactonce_fault_reduce = 0.0;
+
+/*
+ * DefineFaultSetting registers one failure probability.
+ */
+static void
+DefineFaultSetting(const char *name, const char *stage, double *var)
+{
+	DefineCustomRealVariable(name,
+							 psprintf("Probability that the %s stage fails on purpose.", stage),
+							 "For resilience tests only; 0 disables it.",
+							 var,
+							 0.0, 0.0, 1.0,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+}
+
+/*
+ * FaultInit registers the fault injection settings.
+ */
+void
+FaultInit(void)
+{
+	DefineFaultSetting("exactonce.fault_state", "state", &exactonce_fault_state);
+	DefineFaultSetting("exactonce.fault_map", "map", &exactonce_fault_map);
+	DefineFaultSetting("exactonce.fault_reduce", "reduce", &exactonce_fault_reduce);
+}
+
+/*
+ * FaultMaybeFail raises an injected failure with the given probability.
+ */
+void
+FaultMaybeFail(const char *stage, double probability)
+{
+	if (probability <= 0.0)
+		return;
+	if (pg_prng_double(&pg_global_prng_state) < probability)
+		ereport(ERROR,
+				(errcode(ERRCODE_EXACTONCE_INJECTED_FAULT),
+				 errmsg("injected failure in %s stage", stage),
+				 errdetail("exactonce.fault_%s is %g.", stage, probability)));
+}

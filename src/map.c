@@ -1,0 +1,462 @@
+/*-------------------------------------------------------------------------
+ *
+ * map.c
+ *		Stage 2: pre-aggregate a batch of deltas per rollup cell and stage it
+ *		in the ledger under the SHA-256 of the batch's canonical encoding.
+ *
+ * The token hashes the deltas themselves, (key, version, cell, change)
+ * sorted, not the pre-aggregate: two different batches can sum to the same
+ * cells, but they never consist of the same transitions, because the state
+ * stage applies each (key, version) once.  Staging is INSERT ... ON CONFLICT
+ * DO NOTHING on the token, so a batch staged twice is stored once, and a
+ * batch already applied (its ledger row kept, see reduce.c) is not staged
+ * again.
+ *
+ * The cell table below also serves reduce.c, which merges many staged
+ * batches into one change per cell.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/hashfn.h"
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/typcache.h"
+
+PG_FUNCTION_INFO_V1(exactonce_map_stage);
+
+/*
+ * CellHash hashes a cell's encoded identity.
+ */
+static uint32
+CellHash(const void *key, Size keysize)
+{
+	const CellKey *k = key;
+
+	return hash_bytes((const unsigned char *) k->data, k->len);
+}
+
+/*
+ * CellMatch compares two encoded cell identities (0 when equal).
+ */
+static int
+CellMatch(const void *key1, const void *key2, Size keysize)
+{
+	const CellKey *a = key1;
+	const CellKey *b = key2;
+
+	if (a->len != b->len)
+		return 1;
+	return memcmp(a->data, b->data, a->len);
+}
+
+/*
+ * CellTableCreate makes an empty table of cells in the current context.
+ */
+HTAB *
+CellTableCreate(void)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(CellKey);
+	ctl.entrysize = sizeof(Cell);
+	ctl.hash = CellHash;
+	ctl.match = CellMatch;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create("exactonce cells", 256, &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+/*
+ * CellTableAdd adds a change to the cell (level, dims[0..level)).
+ */
+void
+CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys)
+{
+	StringInfoData buf;
+	CellKey		key;
+	Cell	   *cell;
+	bool		found;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, (char) level);
+	for (int i = 0; i < level; i++)
+	{
+		text	   *t = (text *) DatumGetPointer(dims[i]);
+		uint32		len = VARSIZE_ANY_EXHDR(t);
+
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
+	}
+	key.data = buf.data;
+	key.len = buf.len;
+	cell = hash_search(cells, &key, HASH_ENTER, &found);
+	if (found)
+	{
+		pfree(buf.data);
+		cell->total = NumericAdd(cell->total, total);
+		cell->keys += keys;
+		return;
+	}
+	cell->level = level;
+	memcpy(cell->dims, dims, sizeof(Datum) * level);
+	cell->total = total;
+	cell->keys = keys;
+}
+
+/*
+ * DeltaCmp orders deltas canonically: key, version, cell, change.
+ */
+static int
+DeltaCmp(const void *a, const void *b, void *arg)
+{
+	const Delta *da = *(Delta *const *) a;
+	const Delta *db = *(Delta *const *) b;
+	int			ndims = *(int *) arg;
+	int			c;
+
+	c = TextCmp(da->key, db->key);
+	if (c != 0)
+		return c;
+	if (da->version != db->version)
+		return da->version < db->version ? -1 : 1;
+	for (int i = 0; i < ndims; i++)
+	{
+		c = TextCmp((text *) DatumGetPointer(da->cell[i]), (text *) DatumGetPointer(db->cell[i]));
+		if (c != 0)
+			return c;
+	}
+	if (da->keys != db->keys)
+		return da->keys < db->keys ? -1 : 1;
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(da->total),
+											 NumericGetDatum(db->total)));
+}
+
+/*
+ * HashText feeds a length-prefixed text into the hash.
+ */
+static void
+HashText(pg_cryptohash_ctx *ctx, text *t)
+{
+	uint32		len = pg_hton32(VARSIZE_ANY_EXHDR(t));
+
+	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
+	pg_cryptohash_update(ctx, (uint8 *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+/*
+ * HashInt64 feeds a big-endian int64 into the hash.
+ */
+static void
+HashInt64(pg_cryptohash_ctx *ctx, int64 v)
+{
+	uint64		be = pg_hton64((uint64) v);
+
+	pg_cryptohash_update(ctx, (uint8 *) &be, sizeof(be));
+}
+
+/*
+ * DeltaToken computes the SHA-256 of the canonical encoding of the deltas:
+ * sorted, each as key, version, cell values and change, every text length-
+ * prefixed and every number in a fixed format.
+ */
+static void
+DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
+{
+	Delta	  **sorted = palloc(sizeof(Delta *) * n);
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	for (int i = 0; i < n; i++)
+		sorted[i] = &deltas[i];
+	qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
+
+	if (pg_cryptohash_init(ctx) < 0)
+		elog(ERROR, "could not initialize SHA-256: %s", pg_cryptohash_error(ctx));
+	HashInt64(ctx, p->ndims);
+	for (int i = 0; i < n; i++)
+	{
+		Delta	   *d = sorted[i];
+		char	   *num = numeric_normalize(d->total);
+		uint32		len = pg_hton32(strlen(num));
+
+		HashText(ctx, d->key);
+		HashInt64(ctx, d->version);
+		for (int j = 0; j < p->ndims; j++)
+			HashText(ctx, (text *) DatumGetPointer(d->cell[j]));
+		pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
+		pg_cryptohash_update(ctx, (uint8 *) num, strlen(num));
+		HashInt64(ctx, d->keys);
+		pfree(num);
+	}
+	if (pg_cryptohash_final(ctx, token, EXACTONCE_TOKEN_LEN) < 0)
+		elog(ERROR, "could not finalize SHA-256: %s", pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	pfree(sorted);
+}
+
+/*
+ * CellArrays turns a cell table into the parallel arrays the ledger and the
+ * aggregates upsert take: levels, one text[] per dimension (NULL where rolled
+ * up), totals and key counts.  Cells whose change is nil are left out.
+ */
+int
+CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *totals,
+		   Datum *keys)
+{
+	long		max = Max(hash_get_num_entries(cells), 1);
+	Datum	   *lv = palloc(sizeof(Datum) * max);
+	Datum	   *dv[EXACTONCE_MAX_DIMENSIONS];
+	bool	   *dn[EXACTONCE_MAX_DIMENSIONS];
+	Numeric    *tv = palloc(sizeof(Numeric) * max);
+	int64	   *kv = palloc(sizeof(int64) * max);
+	HASH_SEQ_STATUS seq;
+	Cell	   *cell;
+	int			n = 0;
+
+	for (int i = 0; i < p->ndims; i++)
+	{
+		dv[i] = palloc(sizeof(Datum) * max);
+		dn[i] = palloc(sizeof(bool) * max);
+	}
+	hash_seq_init(&seq, cells);
+	while ((cell = hash_seq_search(&seq)) != NULL)
+	{
+		if (cell->keys == 0 && NumericIsZero(cell->total))
+			continue;
+		lv[n] = Int32GetDatum(cell->level);
+		for (int i = 0; i < p->ndims; i++)
+		{
+			dn[i][n] = i >= cell->level;
+			dv[i][n] = i < cell->level ? cell->dims[i] : (Datum) 0;
+		}
+		tv[n] = cell->total;
+		kv[n] = cell->keys;
+		n++;
+	}
+	*levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
+	for (int i = 0; i < p->ndims; i++)
+		dimcols[i] = TextArray(dv[i], dn[i], n);
+	*totals = NumericArray(tv, n);
+	*keys = Int8Array(kv, n);
+	return n;
+}
+
+/*
+ * BuildLedgerStage: stage one batch unless its token is already known.
+ */
+static const char *
+BuildLedgerStage(Pipeline *p)
+{
+	return psprintf("INSERT INTO %s.ledger (token, source, position, staged_at,"
+					" deltas, levels, cells, totals, keys)"
+					" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8)"
+					" ON CONFLICT (token) DO NOTHING",
+					quote_identifier(p->name));
+}
+
+/*
+ * Flatten2D stacks the per-dimension text[] columns into one text[ncells][ndims].
+ */
+static Datum
+Flatten2D(Pipeline *p, Datum *dimcols, int ncells)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(ncells * p->ndims, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(ncells * p->ndims, 1));
+	int			dims[2] = {ncells, p->ndims};
+	int			lbs[2] = {1, 1};
+
+	if (ncells == 0)
+		return PointerGetDatum(construct_empty_array(TEXTOID));
+	for (int i = 0; i < p->ndims; i++)
+	{
+		ArrayType  *col = DatumGetArrayTypeP(dimcols[i]);
+		Datum	   *v;
+		bool	   *nl;
+		int			n;
+
+		deconstruct_array(col, TEXTOID, -1, false, TYPALIGN_INT, &v, &nl, &n);
+		for (int c = 0; c < ncells; c++)
+		{
+			elems[c * p->ndims + i] = v[c];
+			nulls[c * p->ndims + i] = nl[c];
+		}
+	}
+	return PointerGetDatum(construct_md_array(elems, nulls, 2, dims, lbs,
+											  TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * MapStage pre-aggregates n deltas at every rollup level and stages them
+ * under their token, which it writes to token.  It returns false (staging
+ * nothing) for an empty batch.
+ */
+bool
+MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
+		 uint8 *token)
+{
+	HTAB	   *cells;
+	Oid			types[8] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
+	TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
+	Datum		values[8];
+	char		nulls[9] = "        ";
+	Datum		dimcols[EXACTONCE_MAX_DIMENSIONS];
+	bytea	   *tok;
+	int			ncells;
+
+	if (n == 0)
+		return false;
+	DeltaToken(p, deltas, n, token);
+
+	cells = CellTableCreate();
+	for (int i = 0; i < n; i++)
+		for (int level = 0; level <= p->ndims; level++)
+			CellTableAdd(cells, level, deltas[i].cell, deltas[i].total, deltas[i].keys);
+	ncells = CellArrays(p, cells, &values[4], dimcols, &values[6], &values[7]);
+	values[5] = Flatten2D(p, dimcols, ncells);
+
+	tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
+	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
+	memcpy(VARDATA(tok), token, EXACTONCE_TOKEN_LEN);
+	values[0] = PointerGetDatum(tok);
+	values[1] = CStringGetTextDatum(source);
+	values[2] = Int64GetDatum(position);
+	if (position < 0)
+		nulls[2] = 'n';
+	values[3] = Int32GetDatum(n);
+	SpiExec(SpiPlan(p, PLAN_LEDGER_STAGE, BuildLedgerStage, 8, types), values, nulls, -1);
+	hash_destroy(cells);
+
+	FaultMaybeFail("map", exactonce_fault_map);
+	return true;
+}
+
+/*
+ * SourceArg returns the source a caller stages under: "external" by default,
+ * never the queue's own.
+ */
+static char *
+SourceArg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *source = PG_ARGISNULL(argno) ? "external" : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+
+	if (strcmp(source, EXACTONCE_SOURCE_QUEUE) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_RESERVED_NAME),
+				 errmsg("source \"%s\" is reserved for the pipeline's own queue", source),
+				 errhint("Name the consumer, for example 'kafka:trades:3' for partition 3 of topic trades.")));
+	return source;
+}
+
+/*
+ * DeltasFromArray turns an exactonce.delta[] into deltas.
+ */
+static Delta *
+DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	Delta	   *deltas;
+	TupleDesc	desc = NULL;
+
+	deconstruct_array(arr, ARR_ELEMTYPE(arr), -1, false, TYPALIGN_DOUBLE, &elems, &nulls, &n);
+	deltas = palloc0(sizeof(Delta) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTupleHeader rec;
+		HeapTupleData tuple;
+		Datum		values[5];
+		bool		isnull[5];
+		Datum	   *cell;
+		bool	   *cellnulls;
+		int			ncell;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("delta %d is NULL", i + 1)));
+		rec = DatumGetHeapTupleHeader(elems[i]);
+		if (desc == NULL)
+			desc = lookup_rowtype_tupdesc_copy(HeapTupleHeaderGetTypeId(rec),
+											   HeapTupleHeaderGetTypMod(rec));
+		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
+		tuple.t_data = rec;
+		heap_deform_tuple(&tuple, desc, values, isnull);
+		for (int a = 0; a < 5; a++)
+			if (isnull[a])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("delta %d has a NULL %s", i + 1, NameStr(TupleDescAttr(desc, a)->attname))));
+		deconstruct_array(DatumGetArrayTypeP(values[2]), TEXTOID, -1, false, TYPALIGN_INT,
+						  &cell, &cellnulls, &ncell);
+		if (ncell != p->ndims)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("delta %d names a cell of %d values, pipeline \"%s\" has %d dimensions",
+							i + 1, ncell, p->name, p->ndims)));
+		for (int d = 0; d < ncell; d++)
+		{
+			if (cellnulls[d])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("delta %d has a NULL cell value", i + 1)));
+			deltas[i].cell[d] = cell[d];
+		}
+		deltas[i].key = DatumGetTextPP(values[0]);
+		deltas[i].version = DatumGetInt64(values[1]);
+		deltas[i].total = DatumGetNumeric(values[3]);
+		deltas[i].keys = DatumGetInt64(values[4]);
+	}
+	*ndeltas = n;
+	return deltas;
+}
+
+/*
+ * exactonce_map_stage is stage 2 for callers that bring their own deltas: it
+ * stages them and returns their token (NULL for no deltas).
+ */
+Datum
+exactonce_map_stage(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *source;
+	int64		position;
+	Pipeline   *p;
+	Delta	   *deltas;
+	int			ndeltas,
+				nestlevel;
+	uint8		token[EXACTONCE_TOKEN_LEN];
+	bool		staged;
+	int64		dummy;
+	bool		paused;
+	bytea	   *result;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	source = SourceArg(fcinfo, 2);
+	position = PG_ARGISNULL(3) ? -1 : PG_GETARG_INT64(3);
+
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(name, true);
+	deltas = DeltasFromArray(p, PG_GETARG_ARRAYTYPE_P(1), &ndeltas);
+	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	staged = MapStage(p, deltas, ndeltas, source, position, token);
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+
+	if (!staged)
+		PG_RETURN_NULL();
+	result = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
+	SET_VARSIZE(result, VARHDRSZ + EXACTONCE_TOKEN_LEN);
+	memcpy(VARDATA(result), token, EXACTONCE_TOKEN_LEN);
+	PG_RETURN_BYTEA_P(result);
+}

@@ -1,0 +1,595 @@
+/*-------------------------------------------------------------------------
+ *
+ * pipeline.c
+ *		Creating, dropping, pausing and looking up pipelines.
+ *
+ * A pipeline is a row in exactonce.pipeline plus a schema of the same name
+ * owned by the role that created it.  The schema holds:
+ *
+ *	 ingest			the queue, LIST-partitioned on ingest_slot into ingest_0
+ *					and ingest_1 (queue.c rotates and truncates them)
+ *	 state			one row per key
+ *	 seen			accumulate mode: one row per distinct (key, version)
+ *	 aggregates		one row per non-empty rollup cell
+ *	 dead_letters	events that could not be applied, with the reason
+ *	 ledger			map batches by token: staged, then applied
+ *	 progress		one row: queue position, counters, paused
+ *
+ * The DDL runs as the calling role, so it owns what it creates; only the
+ * registry row is written as the extension's owner.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+PG_FUNCTION_INFO_V1(exactonce_create_pipeline);
+PG_FUNCTION_INFO_V1(exactonce_drop_pipeline);
+PG_FUNCTION_INFO_V1(exactonce_pause);
+PG_FUNCTION_INFO_V1(exactonce_resume);
+
+/* column names a dimension may not take */
+static const char *const reserved_columns[] = {
+	"key", "version", "value", "deleted", "event_time", "ingest_slot",
+	"level", "total", "keys", "updated_at", "reason", "failed_at", NULL
+};
+
+/*
+ * CheckIdentifier insists on an ordinary lower-case SQL identifier, so that a
+ * name means the same quoted and unquoted and cannot smuggle in SQL.
+ */
+static void
+CheckIdentifier(const char *what, const char *ident)
+{
+	size_t		len = strlen(ident);
+	bool		ok = len > 0 && len < NAMEDATALEN;
+
+	for (size_t i = 0; ok && i < len; i++)
+	{
+		char		c = ident[i];
+
+		if (!((c >= 'a' && c <= 'z') || c == '_' || (i > 0 && c >= '0' && c <= '9')))
+			ok = false;
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid %s name \"%s\"", what, ident),
+				 errdetail("A %s name must be an ordinary identifier of at most %d characters.",
+						   what, NAMEDATALEN - 1),
+				 errhint("Use lower-case letters, digits and underscores, starting with a letter or underscore.")));
+	if (strncmp(ident, "pg_", 3) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_RESERVED_NAME),
+				 errmsg("invalid %s name \"%s\"", what, ident),
+				 errdetail("The prefix \"pg_\" is reserved for system schemas."),
+				 errhint("Choose a name that does not start with \"pg_\".")));
+}
+
+/*
+ * CheckDimensions validates the dimension list of a new pipeline and returns
+ * it as C strings.
+ */
+static int
+CheckDimensions(ArrayType *arr, char **dims)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("dimensions must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline needs at least one dimension"),
+				 errhint("Pass the dimension names in rollup order, for example ARRAY['risk_type', 'region', 'trade_desk'].")));
+	if (n > EXACTONCE_MAX_DIMENSIONS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline can have at most %d dimensions", EXACTONCE_MAX_DIMENSIONS)));
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("dimension names must not be NULL")));
+		dims[i] = TextDatumGetCString(elems[i]);
+		CheckIdentifier("dimension", dims[i]);
+		for (const char *const *r = reserved_columns; *r; r++)
+			if (strcmp(dims[i], *r) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_RESERVED_NAME),
+						 errmsg("dimension name \"%s\" is reserved", dims[i]),
+						 errdetail("The pipeline's own relations already have a column of that name."),
+						 errhint("Rename the dimension, for example to \"%s_name\".", dims[i])));
+		for (int j = 0; j < i; j++)
+			if (strcmp(dims[i], dims[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("dimension \"%s\" is listed twice", dims[i]),
+						 errhint("Each dimension may appear once in the rollup hierarchy.")));
+	}
+	return n;
+}
+
+/*
+ * ParseMode turns the mode argument into a PipelineMode.
+ */
+static PipelineMode
+ParseMode(const char *mode)
+{
+	if (strcmp(mode, "latest") == 0)
+		return PIPELINE_LATEST;
+	if (strcmp(mode, "accumulate") == 0)
+		return PIPELINE_ACCUMULATE;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown pipeline mode \"%s\"", mode),
+			 errhint("The mode is 'latest' (a key's newest version counts) or 'accumulate' (every distinct version adds once).")));
+	pg_unreachable();
+}
+
+/*
+ * AppendDims appends ", <dim> text NOT NULL" (or nullable) for each dimension.
+ */
+static void
+AppendDims(StringInfo sql, char **dims, int ndims, bool not_null)
+{
+	for (int i = 0; i < ndims; i++)
+		appendStringInfo(sql, ", %s text%s", quote_identifier(dims[i]),
+						 not_null ? " NOT NULL" : "");
+}
+
+/*
+ * BuildPipelineDDL returns the statements that create a pipeline's schema.
+ */
+static char *
+BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE SCHEMA %s;\n", s);
+	appendStringInfo(&sql, "COMMENT ON SCHEMA %s IS 'exactonce pipeline (%s mode)';\n",
+					 s, mode == PIPELINE_LATEST ? "latest" : "accumulate");
+
+	/* progress: the one row every batch updates, hence the low fillfactor */
+	appendStringInfo(&sql,
+					 "CREATE TABLE %s.progress ("
+					 " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),"
+					 " rotation bigint NOT NULL DEFAULT 0,"
+					 " drain_rotation bigint NOT NULL DEFAULT 0,"
+					 " drain_position bigint NOT NULL DEFAULT 0,"
+					 " paused boolean NOT NULL DEFAULT false,"
+					 " ingested bigint NOT NULL DEFAULT 0,"
+					 " applied bigint NOT NULL DEFAULT 0,"
+					 " duplicates bigint NOT NULL DEFAULT 0,"
+					 " stale bigint NOT NULL DEFAULT 0,"
+					 " dead_lettered bigint NOT NULL DEFAULT 0,"
+					 " batches bigint NOT NULL DEFAULT 0,"
+					 " last_batch_at timestamptz"
+					 ") WITH (fillfactor = 10);\n"
+					 "INSERT INTO %s.progress DEFAULT VALUES;\n"
+					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue position and counters of this pipeline (one row)';\n",
+					 s, s, s);
+
+	/* ingest: the queue, two partitions that take turns */
+	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
+					 " version bigint NOT NULL, value numeric NOT NULL", s);
+	AppendDims(&sql, dims, ndims, true);
+	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
+					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),"
+					 " ingest_slot integer NOT NULL"
+					 ") PARTITION BY LIST (ingest_slot);\n");
+	appendStringInfo(&sql, "ALTER TABLE %s.ingest ALTER COLUMN ingest_slot"
+					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
+					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
+	appendStringInfo(&sql, "COMMENT ON TABLE %s.ingest IS 'exactonce: the queue; INSERT or COPY events here';\n"
+					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n",
+					 s, s);
+	for (int i = 0; i < EXACTONCE_SLOTS; i++)
+		appendStringInfo(&sql,
+						 "CREATE TABLE %s.ingest_%d PARTITION OF %s.ingest FOR VALUES IN (%d)"
+						 " WITH (autovacuum_enabled = false);\n"
+						 "COMMENT ON TABLE %s.ingest_%d IS 'exactonce: queue partition %d, truncated once drained';\n",
+						 s, i, s, i, s, i, i);
+
+	/* state */
+	if (mode == PIPELINE_LATEST)
+	{
+		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY,"
+						 " version bigint NOT NULL, value numeric NOT NULL", s);
+		AppendDims(&sql, dims, ndims, true);
+		appendStringInfo(&sql, ", deleted boolean NOT NULL, updated_at timestamptz NOT NULL"
+						 ") WITH (fillfactor = 80);\n"
+						 "COMMENT ON TABLE %s.state IS 'exactonce: each key''s highest version (deleted = tombstone)';\n",
+						 s);
+	}
+	else
+	{
+		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY,"
+						 " version bigint NOT NULL, total numeric NOT NULL, events bigint NOT NULL,"
+						 " first_event_time timestamptz NOT NULL, last_event_time timestamptz NOT NULL,"
+						 " updated_at timestamptz NOT NULL) WITH (fillfactor = 80);\n"
+						 "COMMENT ON TABLE %s.state IS 'exactonce: each key''s running context (sum, events, first and last event_time, highest version)';\n"
+						 "CREATE TABLE %s.seen (key text COLLATE \"C\", version bigint,"
+						 " digest bigint NOT NULL, PRIMARY KEY (key, version));\n"
+						 "COMMENT ON TABLE %s.seen IS 'exactonce: every distinct (key, version) applied, with a digest of its content';\n",
+						 s, s, s, s);
+	}
+
+	/* aggregates: one row per cell; NULL dimensions are rolled up */
+	appendStringInfo(&sql, "CREATE TABLE %s.aggregates (", s);
+	for (int i = 0; i < ndims; i++)
+		appendStringInfo(&sql, "%s text, ", quote_identifier(dims[i]));
+	appendStringInfo(&sql, "level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL,"
+					 " updated_at timestamptz NOT NULL) WITH (fillfactor = 50);\n"
+					 "CREATE UNIQUE INDEX aggregates_cell ON %s.aggregates (level", s);
+	for (int i = 0; i < ndims; i++)
+		appendStringInfo(&sql, ", %s", quote_identifier(dims[i]));
+	appendStringInfo(&sql, ") NULLS NOT DISTINCT;\n"
+					 "COMMENT ON TABLE %s.aggregates IS 'exactonce: one row per non-empty rollup cell (level k groups by the first k dimensions)';\n",
+					 s);
+
+	/* dead letters */
+	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
+	AppendDims(&sql, dims, ndims, false);
+	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
+					 " failed_at timestamptz NOT NULL DEFAULT pg_catalog.now());\n"
+					 "COMMENT ON TABLE %s.dead_letters IS 'exactonce: events that could not be applied, as they arrived, with the reason';\n",
+					 s);
+
+	/* ledger: staged batches (applied_at IS NULL) and applied tokens */
+	appendStringInfo(&sql,
+					 "CREATE TABLE %s.ledger (token bytea PRIMARY KEY, source text NOT NULL,"
+					 " position bigint, staged_at timestamptz NOT NULL, applied_at timestamptz,"
+					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[]);\n"
+					 "CREATE INDEX ledger_staged ON %s.ledger (staged_at) WHERE applied_at IS NULL;\n"
+					 "CREATE INDEX ledger_source ON %s.ledger (source, position) WHERE applied_at IS NOT NULL;\n"
+					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n",
+					 s, s, s, s);
+	return sql.data;
+}
+
+/*
+ * ExtensionOwner returns the role that owns the exactonce extension.
+ */
+static Oid
+ExtensionOwner(void)
+{
+	int			rc;
+	bool		isnull;
+	Datum		d;
+
+	rc = SPI_execute("SELECT extowner FROM pg_catalog.pg_extension"
+					 " WHERE extname OPERATOR(pg_catalog.=) 'exactonce'", true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "exactonce extension not found");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return DatumGetObjectId(d);
+}
+
+/*
+ * RegistryExec runs one statement on exactonce.pipeline as the extension's
+ * owner: pipeline owners may change their own pipelines, not the registry.
+ */
+static void
+RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected)
+{
+	Oid			save_userid;
+	int			save_sec;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(ExtensionOwner(),
+						   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec);
+	if (rc < 0 || (expected >= 0 && SPI_processed != (uint64) expected))
+		elog(ERROR, "exactonce registry update failed: %s", sql);
+}
+
+/*
+ * PipelineFill completes a Pipeline from its registry row.
+ */
+static Pipeline *
+PipelineFill(HeapTuple tup, TupleDesc desc)
+{
+	Pipeline   *p = palloc0(sizeof(Pipeline));
+	bool		isnull;
+	Datum	   *elems;
+	int			n;
+	char	   *mode;
+
+	p->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	p->name = SPI_getvalue(tup, desc, 2);
+	mode = SPI_getvalue(tup, desc, 3);
+	p->mode = strcmp(mode, "latest") == 0 ? PIPELINE_LATEST : PIPELINE_ACCUMULATE;
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	p->ndims = n;
+	for (int i = 0; i < n; i++)
+		p->dims[i] = TextDatumGetCString(elems[i]);
+	p->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
+
+	p->nspid = get_namespace_oid(p->name, true);
+	if (!OidIsValid(p->nspid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_SCHEMA),
+				 errmsg("schema of pipeline \"%s\" is missing", p->name),
+				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
+						 p->name)));
+	p->ingest = get_relname_relid("ingest", p->nspid);
+	for (int i = 0; i < EXACTONCE_SLOTS; i++)
+		p->slots[i] = get_relname_relid(psprintf("ingest_%d", i), p->nspid);
+	p->state = get_relname_relid("state", p->nspid);
+	p->state_pkey = get_relname_relid("state_pkey", p->nspid);
+	p->seen = get_relname_relid("seen", p->nspid);
+	p->seen_pkey = get_relname_relid("seen_pkey", p->nspid);
+	p->progress = get_relname_relid("progress", p->nspid);
+	if (!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
+		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||
+		(p->mode == PIPELINE_ACCUMULATE && !OidIsValid(p->seen_pkey)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relations of pipeline \"%s\" are missing", p->name),
+				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
+						 p->name)));
+	return p;
+}
+
+#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner"
+
+/*
+ * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
+ * for_owner the current role must have the privileges of its owner.
+ */
+Pipeline *
+PipelineLoad(const char *name, bool for_owner)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Pipeline   *p;
+
+	if (SPI_execute_with_args("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name),
+				 errhint("The view exactonce.pipelines lists the pipelines; exactonce.create_pipeline() creates one.")));
+	p = PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	if (for_owner && !has_privs_of_role(GetUserId(), p->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of pipeline \"%s\"", name),
+				 errdetail("Pipeline \"%s\" is owned by role %s.", name,
+						   GetUserNameFromId(p->owner, false)),
+				 errhint("Run this as the pipeline's owner or as a member of the owning role.")));
+	return p;
+}
+
+/*
+ * PipelineLoadById looks a pipeline up by id; NULL if it is gone.
+ */
+Pipeline *
+PipelineLoadById(int32 id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(id)};
+
+	if (SPI_execute_with_args("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed == 0)
+		return NULL;
+	return PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+}
+
+/*
+ * PipelineListIds returns the ids of all pipelines, oldest first.
+ */
+List *
+PipelineListIds(void)
+{
+	List	   *ids = NIL;
+
+	if (SPI_execute("SELECT id FROM exactonce.pipeline ORDER BY id", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		ids = lappend_int(ids, DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc, 1, &isnull)));
+	}
+	return ids;
+}
+
+/*
+ * PipelineRequireReadCommitted refuses to run a stage under a transaction
+ * snapshot: the stages read the latest committed state, which a repeatable
+ * read transaction could not update without serialization failures.
+ */
+void
+PipelineRequireReadCommitted(const char *what)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("%s must run at isolation level READ COMMITTED", what),
+				 errhint("Call it outside of REPEATABLE READ and SERIALIZABLE transactions.")));
+}
+
+/*
+ * exactonce_create_pipeline creates a pipeline's schema and registers it.
+ */
+Datum
+exactonce_create_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			ndims;
+	PipelineMode mode;
+	int			nestlevel;
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID};
+	Datum		values[4];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name, dimensions and mode of a pipeline must not be NULL")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	CheckIdentifier("pipeline", name);
+	mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), dims);
+
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+
+	values[0] = CStringGetTextDatum(name);
+	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("pipeline \"%s\" already exists", name),
+				 errhint("Choose another name, or drop it first with exactonce.drop_pipeline('%s').", name)));
+	if (OidIsValid(get_namespace_oid(name, true)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_SCHEMA),
+				 errmsg("schema \"%s\" already exists", name),
+				 errdetail("A pipeline creates and owns a schema of its own name."),
+				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
+
+	if (SPI_execute(BuildPipelineDDL(name, dims, ndims, mode), false, 0) < 0)
+		elog(ERROR, "could not create the relations of pipeline \"%s\"", name);
+
+	values[1] = CStringGetTextDatum(mode == PIPELINE_LATEST ? "latest" : "accumulate");
+	values[2] = PG_GETARG_DATUM(1);
+	values[3] = ObjectIdGetDatum(GetUserId());
+	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner)"
+				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole)",
+				 4, types, values, 1);
+
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * exactonce_drop_pipeline drops a pipeline's schema and registry row.
+ */
+Datum
+exactonce_drop_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	bool		force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	Pipeline   *p;
+	int			nestlevel;
+	int64		dummy;
+	bool		paused;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline name must not be NULL")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(name, true);
+
+	/* wait for a batch in progress, and keep new ones out */
+	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	if (!force)
+	{
+		int64		queued,
+					staged;
+
+		if (SPI_execute(psprintf("SELECT (SELECT pg_catalog.count(*) FROM %s.ingest),"
+								 " (SELECT pg_catalog.count(*) FROM %s.ledger WHERE applied_at IS NULL)",
+								 quote_identifier(name), quote_identifier(name)), true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not count the queue of pipeline \"%s\"", name);
+		queued = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &paused));
+		staged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &paused));
+		if (queued > 0 || staged > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pipeline \"%s\" still has " INT64_FORMAT " queued events and " INT64_FORMAT " staged batches",
+							name, queued, staged),
+					 errdetail("Dropping it now would discard events that were never applied."),
+					 errhint("Run exactonce.flush('%s') first, or pass force => true to discard them.", name)));
+	}
+
+	if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
+		elog(ERROR, "could not drop schema of pipeline \"%s\"", name);
+	values[0] = Int32GetDatum(p->id);
+	RegistryExec("DELETE FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
+				 1, types, values, 1);
+
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * SetPaused implements pause() and resume().
+ */
+static void
+SetPaused(const char *name, bool paused)
+{
+	Pipeline   *p;
+	int			nestlevel;
+
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(name, true);
+	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
+							 quote_identifier(p->name), paused ? "true" : "false"),
+					false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+}
+
+/*
+ * exactonce_pause stops the workers from draining a pipeline.
+ */
+Datum
+exactonce_pause(PG_FUNCTION_ARGS)
+{
+	SetPaused(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PG_RETURN_VOID();
+}
+
+/*
+ * exactonce_resume lets the workers drain a pipeline again.
+ */
+Datum
+exactonce_resume(PG_FUNCTION_ARGS)
+{
+	SetPaused(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,245 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		The ingest queue: two partitions that take turns, drained by position
+ *		and truncated once drained, so the queue never bloats.
+ *
+ * Rows land in partition ingest_<rotation % 2>, chosen by the default of the
+ * hidden column ingest_slot.  A partition is drained only once it is sealed,
+ * meaning no transaction can add rows to it any more:
+ *
+ *	 - flush() seals the whole queue by taking a SHARE lock on the parent for
+ *	   its transaction: that waits for every inserting transaction and holds
+ *	   off new ones until flush commits.
+ *	 - the workers bump progress.rotation and commit, then wait for every
+ *	   transaction holding a lock on the parent (WaitForLockers).  Any later
+ *	   insert sees the new rotation, because exactonce_ingest_slot locks the
+ *	   parent before it reads the rotation with a fresh snapshot.
+ *
+ * A sealed partition never changes, so its rows are read in TID order in
+ * batches, progress.drain_position remembering the last TID taken, in the
+ * same transaction as the batch's effects.  The transaction that takes the
+ * last row truncates the partition, which returns its space at once, however
+ * old the oldest open snapshot is.  Nothing deletes queue rows one by one.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
+
+/*
+ * The slot read by this transaction for one queue; valid until the
+ * transaction ends because the transaction holds a lock on the queue.
+ */
+static Oid	slot_cache_ingest = InvalidOid;
+static LocalTransactionId slot_cache_lxid = InvalidLocalTransactionId;
+static int	slot_cache_slot = 0;
+
+/*
+ * ReadRotation returns progress.rotation of the pipeline whose progress
+ * table is given, as of the latest committed state.
+ */
+static int64
+ReadRotation(Oid progress)
+{
+	Relation	rel = table_open(progress, AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	AttrNumber	attnum = get_attnum(progress, "rotation");
+	int64		rotation;
+	bool		isnull;
+
+	if (!table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		elog(ERROR, "progress row of queue is missing");
+	rotation = DatumGetInt64(slot_getattr(slot, attnum, &isnull));
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return rotation;
+}
+
+/*
+ * exactonce_ingest_slot is the default of ingest.ingest_slot: the partition
+ * that takes inserts now.  It locks the queue first, so that a worker sealing
+ * the other partition waits for this transaction.
+ */
+Datum
+exactonce_ingest_slot(PG_FUNCTION_ARGS)
+{
+	Oid			ingest = PG_GETARG_OID(0);
+	Oid			progress;
+
+	if (ingest == slot_cache_ingest && MyProc->lxid == slot_cache_lxid)
+		PG_RETURN_INT32(slot_cache_slot);
+
+	LockRelationOid(ingest, RowExclusiveLock);
+	progress = get_relname_relid("progress", get_rel_namespace(ingest));
+	if (!OidIsValid(progress))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"%s\" is not the queue of an exactonce pipeline",
+						get_rel_name(ingest))));
+
+	slot_cache_slot = (int) (ReadRotation(progress) % EXACTONCE_SLOTS);
+	slot_cache_ingest = ingest;
+	slot_cache_lxid = MyProc->lxid;
+	PG_RETURN_INT32(slot_cache_slot);
+}
+
+/*
+ * QueueFreeze waits for every transaction that is inserting into the queue
+ * and keeps new ones out until the end of this transaction.
+ */
+void
+QueueFreeze(Pipeline *p)
+{
+	LockRelationOid(p->ingest, ShareLock);
+}
+
+/*
+ * EventAttnums maps the event columns to attribute numbers of desc, 0 for a
+ * column the descriptor lacks.
+ */
+void
+EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
+{
+	const char *names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
+
+	for (int i = 0; i < EV_NATTS(p); i++)
+	{
+		const char *name = i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
+
+		attnums[i] = 0;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			{
+				attnums[i] = att->attnum;
+				break;
+			}
+		}
+	}
+}
+
+/*
+ * EventFromSlot copies one event out of a tuple slot into the current memory
+ * context.  It returns NULL, or the name of a required column that is NULL
+ * or missing.  A missing deleted is false, a missing event_time is now.
+ */
+const char *
+EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
+{
+	static const char *const names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
+	Datum		d;
+	bool		isnull;
+
+	for (int i = 0; i < EV_NATTS(p); i++)
+	{
+		if (attnums[i] == 0)
+		{
+			if (i == EV_DELETED || i == EV_TIME)
+				continue;
+			return i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
+		}
+		d = slot_getattr(slot, attnums[i], &isnull);
+		if (isnull)
+			return i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
+		switch (i)
+		{
+			case EV_KEY:
+				ev->key = DatumGetTextPCopy(d);
+				break;
+			case EV_VERSION:
+				ev->version = DatumGetInt64(d);
+				break;
+			case EV_VALUE:
+				ev->value = DatumGetNumericCopy(d);
+				break;
+			case EV_DELETED:
+				ev->deleted = DatumGetBool(d);
+				break;
+			case EV_TIME:
+				ev->event_time = DatumGetTimestampTz(d);
+				break;
+			default:
+				ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
+				break;
+		}
+	}
+	if (attnums[EV_DELETED] == 0)
+		ev->deleted = false;
+	if (attnums[EV_TIME] == 0)
+		ev->event_time = GetCurrentTimestamp();
+	return NULL;
+}
+
+/*
+ * QueueReadBatch reads up to max events of a sealed partition that follow
+ * *position (a TID as block << 16 | offset, 0 before the first row), and
+ * advances *position to the last one read.
+ */
+int
+QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max, Event *events)
+{
+	Relation	rel = table_open(p->slots[slotno], AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+	ItemPointerData mintid,
+				maxtid;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	int			n = 0;
+
+	EventAttnums(p, RelationGetDescr(rel), attnums);
+	ItemPointerSet(&mintid, (BlockNumber) (*position >> 16),
+				   (OffsetNumber) ((*position & 0xFFFF) + 1));
+	ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
+	slot = table_slot_create(rel, NULL);
+
+	while (n < max && table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+	{
+		Event	   *ev = &events[n];
+		const char *missing = EventFromSlot(p, slot, attnums, ev);
+
+		if (missing)
+			elog(ERROR, "queue row of pipeline \"%s\" has no %s", p->name, missing);
+		ev->ord = n++;
+		*position = ((int64) ItemPointerGetBlockNumber(&slot->tts_tid) << 16) |
+			ItemPointerGetOffsetNumber(&slot->tts_tid);
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	return n;
+}
+
+/*
+ * QueueTruncateSlot empties a drained partition, in this transaction.
+ */
+void
+QueueTruncateSlot(Pipeline *p, int slotno)
+{
+	if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
+							 quote_identifier(psprintf("ingest_%d", slotno))),
+					false, 0) < 0)
+		elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
+			 slotno, p->name);
+}

@@ -1,0 +1,307 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *		Prepared statements per pipeline, a pinned search_path, array
+ *		parameters, and the statements on progress and dead_letters.
+ *
+ * Every statement the stages run is prepared once per backend and pipeline
+ * and kept (SPI_keepplan); values travel as parameters, mostly as arrays
+ * that one statement unnests, so a batch costs a few statements, not one
+ * per event.  Statements run with search_path pinned to pg_catalog, pg_temp
+ * so that objects planted elsewhere cannot change what they resolve to.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+typedef struct PlanEntry
+{
+	int32		pipeline_id;	/* hash key */
+	SPIPlanPtr	plans[PLAN_COUNT];
+} PlanEntry;
+
+static HTAB *plan_cache = NULL;
+
+/*
+ * SpiPinSearchPath sets search_path to pg_catalog, pg_temp until
+ * SpiUnpinSearchPath is called with the returned nest level.
+ */
+int
+SpiPinSearchPath(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+/*
+ * SpiUnpinSearchPath restores the search_path that SpiPinSearchPath saved.
+ */
+void
+SpiUnpinSearchPath(int nestlevel)
+{
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
+ * SpiPlan returns the kept plan number "which" of pipeline p, preparing it
+ * from build(p) the first time.
+ */
+SPIPlanPtr
+SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),
+		int nargs, Oid *argtypes)
+{
+	PlanEntry  *entry;
+	bool		found;
+
+	if (plan_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int32);
+		ctl.entrysize = sizeof(PlanEntry);
+		ctl.hcxt = CacheMemoryContext;
+		plan_cache = hash_create("exactonce plans", 16, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	entry = hash_search(plan_cache, &p->id, HASH_ENTER, &found);
+	if (!found)
+		memset(entry->plans, 0, sizeof(entry->plans));
+	if (entry->plans[which] == NULL)
+	{
+		const char *sql = build(p);
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		entry->plans[which] = plan;
+	}
+	return entry->plans[which];
+}
+
+/*
+ * SpiExec runs a kept plan and checks that it touched "expected" rows
+ * (-1: any number).
+ */
+void
+SpiExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
+	if (expected >= 0 && SPI_processed != (uint64) expected)
+		elog(ERROR, "exactonce statement touched " UINT64_FORMAT " rows, expected %d",
+			 SPI_processed, expected);
+}
+
+/*
+ * TextArray builds a text[] of n elements, some of them NULL if nulls is set.
+ */
+Datum
+TextArray(Datum *elems, bool *nulls, int n)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
+											  TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * Int8Array builds a bigint[].
+ */
+Datum
+Int8Array(int64 *elems, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(elems[i]);
+	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * NumericArray builds a numeric[].
+ */
+Datum
+NumericArray(Numeric *elems, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = NumericGetDatum(elems[i]);
+	return PointerGetDatum(construct_array(d, n, NUMERICOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * BuildProgressLock: lock the progress row, which serializes the stages of
+ * one pipeline.
+ */
+static const char *
+BuildProgressLock(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, drain_position, paused"
+					" FROM %s.progress FOR UPDATE", quote_identifier(p->name));
+}
+
+/*
+ * ProgressLock locks the pipeline's progress row until the end of the
+ * transaction and reads the queue position from it.
+ */
+void
+ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+			 int64 *drain_position, bool *paused)
+{
+	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_LOCK, BuildProgressLock, 0, NULL);
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+
+	SpiExec(plan, NULL, NULL, 1);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	*drain_position = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	*paused = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+}
+
+/*
+ * BuildProgressAdd: add a batch's counts, and optionally move the queue
+ * position, in one update.
+ */
+static const char *
+BuildProgressAdd(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET"
+					" ingested = ingested + $1, applied = applied + $2,"
+					" duplicates = duplicates + $3, stale = stale + $4,"
+					" dead_lettered = dead_lettered + $5, batches = batches + $6,"
+					" drain_rotation = coalesce($7, drain_rotation),"
+					" drain_position = coalesce($8, drain_position),"
+					" last_batch_at = CASE WHEN $6 > 0 THEN now() ELSE last_batch_at END",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressRecord adds a batch's counts to the pipeline's counters and, if
+ * drain_rotation >= 0, records the queue position the batch reached.
+ */
+void
+ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
+			   int64 drain_rotation, int64 drain_position)
+{
+	Oid			types[8] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[8];
+	char		nulls[9] = "        ";
+	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_ADD, BuildProgressAdd, 8, types);
+
+	values[0] = Int64GetDatum(c->ingested);
+	values[1] = Int64GetDatum(c->applied);
+	values[2] = Int64GetDatum(c->duplicates);
+	values[3] = Int64GetDatum(c->stale);
+	values[4] = Int64GetDatum(c->dead_lettered);
+	values[5] = Int64GetDatum(batches);
+	values[6] = Int64GetDatum(drain_rotation);
+	values[7] = Int64GetDatum(drain_position);
+	if (drain_rotation < 0)
+		nulls[6] = nulls[7] = 'n';
+	SpiExec(plan, values, nulls, 1);
+}
+
+/*
+ * BuildDeadLetter: insert a batch of dead letters from parallel arrays.
+ */
+static const char *
+BuildDeadLetter(Pipeline *p)
+{
+	StringInfoData sql;
+	int			arg = 1;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.dead_letters (key, version, value", quote_identifier(p->name));
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
+	appendStringInfoString(&sql, ", deleted, event_time, reason) SELECT * FROM unnest($1::text[], $2::int8[], $3::numeric[]");
+	arg = 4;
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", $%d::text[]", arg++);
+	appendStringInfo(&sql, ", $%d::bool[], $%d::timestamptz[], $%d::text[])", arg, arg + 1, arg + 2);
+	return sql.data;
+}
+
+/*
+ * DeadLettersInsert stores events that could not be applied, with reasons.
+ */
+void
+DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n)
+{
+	int			nargs = p->ndims + 6;
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 6];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 6];
+	Datum	   *keys,
+			   *reasons,
+			   *col,
+			   *flags,
+			   *times;
+	int64	   *versions;
+	Numeric    *nums;
+	SPIPlanPtr	plan;
+
+	if (n == 0)
+		return;
+	types[0] = TEXTARRAYOID;
+	types[1] = INT8ARRAYOID;
+	types[2] = NUMERICARRAYOID;
+	for (int i = 0; i < p->ndims; i++)
+		types[3 + i] = TEXTARRAYOID;
+	types[3 + p->ndims] = BOOLARRAYOID;
+	types[4 + p->ndims] = TIMESTAMPTZARRAYOID;
+	types[5 + p->ndims] = TEXTARRAYOID;
+	plan = SpiPlan(p, PLAN_DEAD_LETTER, BuildDeadLetter, nargs, types);
+
+	keys = palloc(sizeof(Datum) * n);
+	reasons = palloc(sizeof(Datum) * n);
+	flags = palloc(sizeof(Datum) * n);
+	times = palloc(sizeof(Datum) * n);
+	versions = palloc(sizeof(int64) * n);
+	nums = palloc(sizeof(Numeric) * n);
+	for (int j = 0; j < n; j++)
+	{
+		keys[j] = PointerGetDatum(dl[j].event->key);
+		versions[j] = dl[j].event->version;
+		nums[j] = dl[j].event->value;
+		flags[j] = BoolGetDatum(dl[j].event->deleted);
+		times[j] = TimestampTzGetDatum(dl[j].event->event_time);
+		reasons[j] = CStringGetTextDatum(dl[j].reason);
+	}
+	values[0] = TextArray(keys, NULL, n);
+	values[1] = Int8Array(versions, n);
+	values[2] = NumericArray(nums, n);
+	col = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < p->ndims; i++)
+	{
+		for (int j = 0; j < n; j++)
+			col[j] = dl[j].event->dims[i];
+		values[3 + i] = TextArray(col, NULL, n);
+	}
+	values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	values[4 + p->ndims] = PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
+														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[5 + p->ndims] = TextArray(reasons, NULL, n);
+	SpiExec(plan, values, NULL, n);
+}

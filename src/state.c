@@ -1,0 +1,789 @@
+/*-------------------------------------------------------------------------
+ *
+ * state.c
+ *		Stage 1: apply a batch of events to state and yield per-cell deltas.
+ *
+ * The batch is sorted by (key, version, arrival) so that each key's events
+ * form one run, handled against the key's state row in memory: one index
+ * probe per key to read it, one set-based upsert per batch to write all of
+ * them back.  Nothing is written for events that change nothing, so applying
+ * the same events again yields no delta.
+ *
+ * latest mode: a key's highest version is its contribution.  Per key the
+ * batch collapses to one net change: the cell of the version the key had
+ * before the batch loses it, the cell of the version it has after gains it.
+ * Tombstones stay in state as deleted rows, so that older versions arriving
+ * later are still recognised as stale.
+ *
+ * accumulate mode: every distinct (key, version) adds its value once, in
+ * whatever order it arrives.  Table seen remembers each applied pair with a
+ * 64-bit digest of its content, which tells repeats (duplicates) from the
+ * same pair with other content (dead letters).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/typcache.h"
+
+PG_FUNCTION_INFO_V1(exactonce_state_upsert);
+
+/* A key's current state, read from its state row or set by this batch. */
+typedef struct KeyState
+{
+	bool		exists;
+	int64		version;
+	/* latest mode */
+	Numeric		value;
+	bool		deleted;
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS];
+	/* accumulate mode */
+	Numeric		total;
+	int64		events;
+	TimestampTz first_time;
+	TimestampTz last_time;
+} KeyState;
+
+/* What one batch produces, gathered before anything is written. */
+typedef struct StateWork
+{
+	Pipeline   *p;
+	StageCounts *counts;
+	Delta	   *deltas;
+	int			ndeltas;
+	DeadLetter *dead;
+	int			ndead;
+	Event	  **rows;			/* the event (or NULL) each new state row came from */
+	KeyState   *rowstates;
+	int			nrows;
+	/* accumulate mode: seen rows to insert */
+	text	  **seen_keys;
+	int64	   *seen_versions;
+	int64	   *seen_digests;
+	int			nseen;
+	/* index probes */
+	Relation	rel;
+	Relation	index;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	Relation	seen_rel;
+	Relation	seen_index;
+	IndexScanDesc seen_scan;
+	TupleTableSlot *seen_slot;
+	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+} StateWork;
+
+/*
+ * TextEq tells whether two text datums hold the same bytes.
+ */
+static bool
+TextEq(Datum a, Datum b)
+{
+	return TextCmp((text *) DatumGetPointer(a), (text *) DatumGetPointer(b)) == 0;
+}
+
+/*
+ * EventCmp orders events by key, version and arrival.
+ */
+static int
+EventCmp(const void *a, const void *b)
+{
+	const Event *ea = *(Event *const *) a;
+	const Event *eb = *(Event *const *) b;
+	int			c = TextCmp(ea->key, eb->key);
+
+	if (c != 0)
+		return c;
+	if (ea->version != eb->version)
+		return ea->version < eb->version ? -1 : 1;
+	return (ea->ord > eb->ord) - (ea->ord < eb->ord);
+}
+
+/*
+ * NumericEq compares two numerics by value (1.0 equals 1.00).
+ */
+static bool
+NumericEq(Numeric a, Numeric b)
+{
+	return DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(a),
+											NumericGetDatum(b)));
+}
+
+/*
+ * NumericNeg returns -a.
+ */
+static Numeric
+NumericNeg(Numeric a)
+{
+	return DatumGetNumeric(DirectFunctionCall1(numeric_uminus, NumericGetDatum(a)));
+}
+
+/*
+ * ContentDigest hashes what makes an event's content: value (normalised, so
+ * 1.0 and 1.00 agree), dimensions and the tombstone flag.  event_time is
+ * arrival metadata, not content.
+ */
+static int64
+ContentDigest(Pipeline *p, Event *ev)
+{
+	StringInfoData buf;
+	uint64		h;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, numeric_normalize(ev->value));
+	appendStringInfoChar(&buf, '\0');
+	for (int i = 0; i < p->ndims; i++)
+	{
+		text	   *t = (text *) DatumGetPointer(ev->dims[i]);
+		uint32		len = VARSIZE_ANY_EXHDR(t);
+
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
+	}
+	appendStringInfoChar(&buf, ev->deleted ? 't' : 'f');
+	h = hash_bytes_extended((unsigned char *) buf.data, buf.len, 0x6578616374);
+	pfree(buf.data);
+	return (int64) h;
+}
+
+/*
+ * AddDead records an event for dead_letters.
+ */
+static void
+AddDead(StateWork *w, Event *ev, char *reason)
+{
+	w->dead[w->ndead].event = ev;
+	w->dead[w->ndead].reason = reason;
+	w->ndead++;
+	w->counts->dead_lettered++;
+}
+
+/*
+ * AddDelta records the effect of a transition of key to version on a cell.
+ */
+static void
+AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int64 keys)
+{
+	Delta	   *d = &w->deltas[w->ndeltas++];
+
+	d->key = key;
+	d->version = version;
+	d->total = total;
+	d->keys = keys;
+	memcpy(d->cell, cell, sizeof(Datum) * w->p->ndims);
+}
+
+/*
+ * Probe runs an equality index scan and returns the first visible tuple's
+ * slot, or NULL.
+ */
+static TupleTableSlot *
+Probe(IndexScanDesc scan, TupleTableSlot *slot, Relation index, int nkeys,
+	  Datum key, int64 version)
+{
+	ScanKeyData skeys[2];
+
+	ScanKeyEntryInitialize(&skeys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(key));
+	if (nkeys == 2)
+		ScanKeyEntryInitialize(&skeys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   InvalidOid, F_INT8EQ, Int64GetDatum(version));
+	index_rescan(scan, skeys, nkeys, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+		return slot;
+	return NULL;
+}
+
+/*
+ * ColumnOf returns the attribute number of a column by name.
+ */
+static AttrNumber
+ColumnOf(TupleDesc desc, const char *name)
+{
+	for (int a = 0; a < desc->natts; a++)
+		if (strcmp(NameStr(TupleDescAttr(desc, a)->attname), name) == 0)
+			return a + 1;
+	elog(ERROR, "column \"%s\" is missing", name);
+}
+
+/*
+ * ReadKeyState reads a key's state row, if it has one.
+ */
+static void
+ReadKeyState(StateWork *w, text *key, KeyState *ks)
+{
+	Pipeline   *p = w->p;
+	TupleTableSlot *slot = Probe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
+	TupleDesc	desc = RelationGetDescr(w->rel);
+	bool		isnull;
+
+	memset(ks, 0, sizeof(KeyState));
+	if (slot == NULL)
+		return;
+	ks->exists = true;
+	ks->version = DatumGetInt64(slot_getattr(slot, ColumnOf(desc, "version"), &isnull));
+	if (p->mode == PIPELINE_LATEST)
+	{
+		ks->value = DatumGetNumericCopy(slot_getattr(slot, w->attnums[EV_VALUE], &isnull));
+		ks->deleted = DatumGetBool(slot_getattr(slot, w->attnums[EV_DELETED], &isnull));
+		for (int i = 0; i < p->ndims; i++)
+			ks->dims[i] = PointerGetDatum(DatumGetTextPCopy(slot_getattr(slot, w->attnums[EV_DIM0 + i], &isnull)));
+	}
+	else
+	{
+		ks->total = DatumGetNumericCopy(slot_getattr(slot, ColumnOf(desc, "total"), &isnull));
+		ks->events = DatumGetInt64(slot_getattr(slot, ColumnOf(desc, "events"), &isnull));
+		ks->first_time = DatumGetTimestampTz(slot_getattr(slot, ColumnOf(desc, "first_event_time"), &isnull));
+		ks->last_time = DatumGetTimestampTz(slot_getattr(slot, ColumnOf(desc, "last_event_time"), &isnull));
+	}
+}
+
+/*
+ * SameContent tells whether an event carries the content of the key's state.
+ */
+static bool
+SameContent(Pipeline *p, Event *ev, KeyState *ks)
+{
+	if (ev->deleted != ks->deleted || !NumericEq(ev->value, ks->value))
+		return false;
+	for (int i = 0; i < p->ndims; i++)
+		if (!TextEq(ev->dims[i], ks->dims[i]))
+			return false;
+	return true;
+}
+
+/*
+ * ApplyLatest handles one key's run of events in latest mode.
+ */
+static void
+ApplyLatest(StateWork *w, Event **run, int n)
+{
+	Pipeline   *p = w->p;
+	KeyState	before,
+				cur;
+	bool		changed = false;
+
+	ReadKeyState(w, run[0]->key, &before);
+	cur = before;
+	for (int i = 0; i < n; i++)
+	{
+		Event	   *ev = run[i];
+
+		if (cur.exists && ev->version < cur.version)
+			w->counts->stale++;
+		else if (cur.exists && ev->version == cur.version)
+		{
+			if (SameContent(p, ev, &cur))
+				w->counts->duplicates++;
+			else
+				AddDead(w, ev, psprintf("conflicting duplicate: version " INT64_FORMAT " of this key was already applied with other content",
+										ev->version));
+		}
+		else
+		{
+			w->counts->applied++;
+			cur.exists = true;
+			cur.version = ev->version;
+			cur.value = ev->value;
+			cur.deleted = ev->deleted;
+			memcpy(cur.dims, ev->dims, sizeof(Datum) * p->ndims);
+			changed = true;
+		}
+	}
+	if (!changed)
+		return;
+
+	w->rows[w->nrows] = NULL;
+	w->rowstates[w->nrows++] = cur;
+	if (before.exists && !before.deleted)
+		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1);
+	if (!cur.deleted)
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1);
+}
+
+/*
+ * ApplyAccumulate handles one key's run of events in accumulate mode.
+ */
+static void
+ApplyAccumulate(StateWork *w, Event **run, int n)
+{
+	Pipeline   *p = w->p;
+	KeyState	ks;
+	bool		changed = false;
+	bool		known = false;	/* is (key, known_version) applied? */
+	int64		known_version = 0;
+	int64		known_digest = 0;
+
+	ReadKeyState(w, run[0]->key, &ks);
+	for (int i = 0; i < n; i++)
+	{
+		Event	   *ev = run[i];
+		int64		digest = ContentDigest(p, ev);
+
+		if (!known || known_version != ev->version)
+		{
+			TupleTableSlot *slot = NULL;
+
+			if (ks.exists)
+				slot = Probe(w->seen_scan, w->seen_slot, w->seen_index, 2,
+							 PointerGetDatum(ev->key), ev->version);
+			known = slot != NULL;
+			known_version = ev->version;
+			if (known)
+			{
+				bool		isnull;
+
+				known_digest = DatumGetInt64(slot_getattr(slot, 3, &isnull));
+			}
+		}
+		if (known)
+		{
+			if (digest == known_digest)
+				w->counts->duplicates++;
+			else
+				AddDead(w, ev, psprintf("conflicting duplicate: version " INT64_FORMAT " of this key was already applied with other content",
+										ev->version));
+			continue;
+		}
+
+		/* a new reading: add it, whatever its order */
+		w->counts->applied++;
+		known = true;
+		known_digest = digest;
+		if (!ks.exists)
+		{
+			ks.exists = true;
+			ks.total = ev->value;
+			ks.events = 1;
+			ks.version = ev->version;
+			ks.first_time = ks.last_time = ev->event_time;
+		}
+		else
+		{
+			ks.total = NumericAdd(ks.total, ev->value);
+			ks.events++;
+			ks.version = Max(ks.version, ev->version);
+			ks.first_time = Min(ks.first_time, ev->event_time);
+			ks.last_time = Max(ks.last_time, ev->event_time);
+		}
+		w->seen_keys[w->nseen] = ev->key;
+		w->seen_versions[w->nseen] = ev->version;
+		w->seen_digests[w->nseen++] = digest;
+		AddDelta(w, ev->key, ev->version, ev->dims, ev->value, 1);
+		changed = true;
+	}
+	if (changed)
+	{
+		w->rows[w->nrows] = run[0];
+		w->rowstates[w->nrows++] = ks;
+	}
+}
+
+/*
+ * BuildStateUpsert: write new state rows from parallel arrays.
+ */
+static const char *
+BuildStateUpsert(Pipeline *p)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(p->name);
+
+	initStringInfo(&sql);
+	if (p->mode == PIPELINE_LATEST)
+	{
+		int			arg = 4;
+
+		appendStringInfo(&sql, "INSERT INTO %s.state AS s (key, version, value", s);
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
+		appendStringInfoString(&sql, ", deleted, updated_at) SELECT u.*, now() FROM unnest($1::text[], $2::int8[], $3::numeric[]");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", $%d::text[]", arg++);
+		appendStringInfo(&sql, ", $%d::bool[]) AS u ON CONFLICT (key) DO UPDATE SET"
+						 " version = excluded.version, value = excluded.value", arg);
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", %s = excluded.%s", quote_identifier(p->dims[i]),
+							 quote_identifier(p->dims[i]));
+		appendStringInfoString(&sql, ", deleted = excluded.deleted, updated_at = excluded.updated_at");
+	}
+	else
+		appendStringInfo(&sql, "INSERT INTO %s.state AS s (key, version, total, events,"
+						 " first_event_time, last_event_time, updated_at)"
+						 " SELECT u.*, now() FROM unnest($1::text[], $2::int8[], $3::numeric[],"
+						 " $4::int8[], $5::timestamptz[], $6::timestamptz[]) AS u"
+						 " ON CONFLICT (key) DO UPDATE SET version = excluded.version,"
+						 " total = excluded.total, events = excluded.events,"
+						 " first_event_time = excluded.first_event_time,"
+						 " last_event_time = excluded.last_event_time,"
+						 " updated_at = excluded.updated_at", s);
+	return sql.data;
+}
+
+/*
+ * TimestampArray builds a timestamptz[].
+ */
+static Datum
+TimestampArray(TimestampTz *elems, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = TimestampTzGetDatum(elems[i]);
+	return PointerGetDatum(construct_array(d, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * WriteState upserts the batch's new state rows in one statement.
+ */
+static void
+WriteState(StateWork *w, text **keys)
+{
+	Pipeline   *p = w->p;
+	int			n = w->nrows;
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 4];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 4];
+	Datum	   *col = palloc(sizeof(Datum) * n);
+	Numeric    *nums = palloc(sizeof(Numeric) * n);
+	int64	   *ints = palloc(sizeof(int64) * n);
+	int			nargs;
+
+	for (int j = 0; j < n; j++)
+		col[j] = PointerGetDatum(keys[j]);
+	values[0] = TextArray(col, NULL, n);
+	for (int j = 0; j < n; j++)
+		ints[j] = w->rowstates[j].version;
+	values[1] = Int8Array(ints, n);
+	types[0] = TEXTARRAYOID;
+	types[1] = INT8ARRAYOID;
+	types[2] = NUMERICARRAYOID;
+
+	if (p->mode == PIPELINE_LATEST)
+	{
+		Datum	   *flags = palloc(sizeof(Datum) * n);
+
+		for (int j = 0; j < n; j++)
+			nums[j] = w->rowstates[j].value;
+		values[2] = NumericArray(nums, n);
+		for (int i = 0; i < p->ndims; i++)
+		{
+			Datum	   *dimcol = palloc(sizeof(Datum) * n);
+
+			for (int j = 0; j < n; j++)
+				dimcol[j] = w->rowstates[j].dims[i];
+			types[3 + i] = TEXTARRAYOID;
+			values[3 + i] = TextArray(dimcol, NULL, n);
+		}
+		for (int j = 0; j < n; j++)
+			flags[j] = BoolGetDatum(w->rowstates[j].deleted);
+		types[3 + p->ndims] = BOOLARRAYOID;
+		values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+		nargs = 4 + p->ndims;
+	}
+	else
+	{
+		TimestampTz *t1 = palloc(sizeof(TimestampTz) * n);
+		TimestampTz *t2 = palloc(sizeof(TimestampTz) * n);
+
+		for (int j = 0; j < n; j++)
+		{
+			nums[j] = w->rowstates[j].total;
+			ints[j] = w->rowstates[j].events;
+			t1[j] = w->rowstates[j].first_time;
+			t2[j] = w->rowstates[j].last_time;
+		}
+		values[2] = NumericArray(nums, n);
+		values[3] = Int8Array(ints, n);
+		values[4] = TimestampArray(t1, n);
+		values[5] = TimestampArray(t2, n);
+		types[3] = INT8ARRAYOID;
+		types[4] = TIMESTAMPTZARRAYOID;
+		types[5] = TIMESTAMPTZARRAYOID;
+		nargs = 6;
+	}
+	SpiExec(SpiPlan(p, PLAN_STATE_UPSERT, BuildStateUpsert, nargs, types), values, NULL, n);
+}
+
+/*
+ * BuildSeenInsert: remember applied (key, version) pairs.
+ */
+static const char *
+BuildSeenInsert(Pipeline *p)
+{
+	return psprintf("INSERT INTO %s.seen (key, version, digest)"
+					" SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[])",
+					quote_identifier(p->name));
+}
+
+/*
+ * WriteSeen inserts the batch's new seen rows in one statement.
+ */
+static void
+WriteSeen(StateWork *w)
+{
+	Oid			types[3] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+	Datum		values[3];
+	Datum	   *col = palloc(sizeof(Datum) * Max(w->nseen, 1));
+
+	for (int j = 0; j < w->nseen; j++)
+		col[j] = PointerGetDatum(w->seen_keys[j]);
+	values[0] = TextArray(col, NULL, w->nseen);
+	values[1] = Int8Array(w->seen_versions, w->nseen);
+	values[2] = Int8Array(w->seen_digests, w->nseen);
+	SpiExec(SpiPlan(w->p, PLAN_SEEN_INSERT, BuildSeenInsert, 3, types), values, NULL, w->nseen);
+}
+
+/*
+ * Validate sends events that no state can take to dead letters; it returns
+ * false for those.
+ */
+static bool
+Validate(StateWork *w, Event *ev)
+{
+	if (numeric_is_nan(ev->value))
+		AddDead(w, ev, pstrdup("value is NaN"));
+	else if (numeric_is_inf(ev->value))
+		AddDead(w, ev, pstrdup("value is infinite"));
+	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
+		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
+	else
+		return true;
+	return false;
+}
+
+/*
+ * OpenProbes opens the state (and seen) relations for index probes.
+ */
+static void
+OpenProbes(StateWork *w, Snapshot snap)
+{
+	Pipeline   *p = w->p;
+
+	w->rel = table_open(p->state, RowExclusiveLock);
+	w->index = index_open(p->state_pkey, RowExclusiveLock);
+	w->scan = index_beginscan(w->rel, w->index, snap, 1, 0);
+	w->slot = table_slot_create(w->rel, NULL);
+	EventAttnums(p, RelationGetDescr(w->rel), w->attnums);
+	if (p->mode == PIPELINE_ACCUMULATE)
+	{
+		w->seen_rel = table_open(p->seen, RowExclusiveLock);
+		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
+		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);
+		w->seen_slot = table_slot_create(w->seen_rel, NULL);
+	}
+}
+
+/*
+ * CloseProbes ends the index probes of OpenProbes.
+ */
+static void
+CloseProbes(StateWork *w)
+{
+	if (w->seen_scan)
+	{
+		ExecDropSingleTupleTableSlot(w->seen_slot);
+		index_endscan(w->seen_scan);
+		index_close(w->seen_index, NoLock);
+		table_close(w->seen_rel, NoLock);
+	}
+	ExecDropSingleTupleTableSlot(w->slot);
+	index_endscan(w->scan);
+	index_close(w->index, NoLock);
+	table_close(w->rel, NoLock);
+}
+
+/*
+ * StateApply applies n events to the pipeline's state and returns the
+ * deltas; counts receives what happened to each event.  The caller holds the
+ * pipeline's progress lock.
+ */
+Delta *
+StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
+{
+	StateWork	w = {0};
+	Event	  **sorted = palloc(sizeof(Event *) * Max(n, 1));
+	text	  **rowkeys;
+	int			nvalid = 0;
+	Snapshot	snap;
+
+	w.p = p;
+	w.counts = counts;
+	w.deltas = palloc(sizeof(Delta) * Max(2 * n, 1));
+	w.dead = palloc(sizeof(DeadLetter) * Max(n, 1));
+	w.rows = palloc(sizeof(Event *) * Max(n, 1));
+	w.rowstates = palloc(sizeof(KeyState) * Max(n, 1));
+	rowkeys = palloc(sizeof(text *) * Max(n, 1));
+	if (p->mode == PIPELINE_ACCUMULATE)
+	{
+		w.seen_keys = palloc(sizeof(text *) * Max(n, 1));
+		w.seen_versions = palloc(sizeof(int64) * Max(n, 1));
+		w.seen_digests = palloc(sizeof(int64) * Max(n, 1));
+	}
+	counts->ingested += n;
+
+	for (int i = 0; i < n; i++)
+		if (Validate(&w, &events[i]))
+			sorted[nvalid++] = &events[i];
+	qsort(sorted, nvalid, sizeof(Event *), EventCmp);
+
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	OpenProbes(&w, snap);
+	for (int i = 0; i < nvalid;)
+	{
+		int			j = i + 1;
+		int			before = w.nrows;
+
+		while (j < nvalid && TextCmp(sorted[j]->key, sorted[i]->key) == 0)
+			j++;
+		if (p->mode == PIPELINE_LATEST)
+			ApplyLatest(&w, &sorted[i], j - i);
+		else
+			ApplyAccumulate(&w, &sorted[i], j - i);
+		if (w.nrows > before)
+			rowkeys[before] = sorted[i]->key;
+		i = j;
+	}
+	CloseProbes(&w);
+	UnregisterSnapshot(snap);
+
+	if (w.nrows > 0)
+		WriteState(&w, rowkeys);
+	if (w.nseen > 0)
+		WriteSeen(&w);
+	DeadLettersInsert(p, w.dead, w.ndead);
+
+	FaultMaybeFail("state", exactonce_fault_state);
+	*ndeltas = w.ndeltas;
+	return w.deltas;
+}
+
+/*
+ * EventsFromArray turns an array of records with the ingest columns into
+ * events, raising an error for a record that lacks a required value.
+ */
+static Event *
+EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
+{
+	Oid			elemtype = ARR_ELEMTYPE(arr);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	Event	   *events;
+	TupleDesc	desc = NULL;
+	TupleTableSlot *slot = NULL;
+	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+
+	if (!type_is_rowtype(elemtype))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("events must be an array of records"),
+				 errhint("Pass rows with the columns of %s.ingest, for example array_agg(e) over a table or ARRAY[ROW(...)::%s.ingest].",
+						 quote_identifier(p->name), quote_identifier(p->name))));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, &elems, &nulls, &n);
+	events = palloc0(sizeof(Event) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		HeapTupleHeader rec;
+		HeapTupleData tuple;
+		const char *missing;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event %d is NULL", i + 1)));
+		rec = DatumGetHeapTupleHeader(elems[i]);
+		if (desc == NULL)
+		{
+			desc = lookup_rowtype_tupdesc_copy(HeapTupleHeaderGetTypeId(rec),
+											   HeapTupleHeaderGetTypMod(rec));
+			slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+			EventAttnums(p, desc, attnums);
+		}
+		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = rec;
+		ExecStoreHeapTuple(&tuple, slot, false);
+		missing = EventFromSlot(p, slot, attnums, &events[i]);
+		if (missing)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event %d has no %s", i + 1, missing),
+					 errhint("Every event needs key, version, value and each dimension of pipeline \"%s\".",
+							 p->name)));
+		events[i].ord = i;
+	}
+	if (slot)
+		ExecDropSingleTupleTableSlot(slot);
+	*nevents = n;
+	return events;
+}
+
+/*
+ * exactonce_state_upsert is stage 1 for callers that bring their own events:
+ * it applies them to state and returns the deltas.  Run it in the same
+ * transaction as map_stage, so the deltas are staged when state changes.
+ */
+Datum
+exactonce_state_upsert(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+	Pipeline   *p;
+	Event	   *events;
+	Delta	   *deltas;
+	StageCounts counts = {0};
+	int			nevents,
+				ndeltas,
+				nestlevel;
+	int64		dummy;
+	bool		paused;
+
+	PipelineRequireReadCommitted("exactonce.state_upsert()");
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(name, true);
+	events = EventsFromArray(p, arr, &nevents);
+
+	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	deltas = StateApply(p, events, nevents, &ndeltas, &counts);
+	ProgressRecord(p, &counts, 1, -1, -1);
+
+	for (int i = 0; i < ndeltas; i++)
+	{
+		Datum		values[5];
+		bool		nulls[5] = {false};
+
+		values[0] = PointerGetDatum(deltas[i].key);
+		values[1] = Int64GetDatum(deltas[i].version);
+		values[2] = TextArray(deltas[i].cell, NULL, p->ndims);
+		values[3] = NumericGetDatum(deltas[i].total);
+		values[4] = Int64GetDatum(deltas[i].keys);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	return (Datum) 0;
+}

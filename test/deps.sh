@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# test/deps.sh: install what building and testing exactonce needs on Debian
+# bookworm, if it is missing: server headers, pgTAP and pg_prove, gnuplot.
+set -euo pipefail
+
+need=()
+[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+[ -f /usr/share/postgresql/15/extension/pgtap.control ] || need+=(postgresql-15-pgtap)
+command -v pg_prove >/dev/null || need+=(libtap-parser-sourcehandler-pgtap-perl)
+command -v gcc >/dev/null || need+=(gcc make)
+command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+[ -f /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
+
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "missing packages: ${need[*]} (run as root or install them)" >&2
+		exit 1
+	fi
+	echo "installing: ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
