@@ -255,7 +255,6 @@ DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
 		if (exhausted)
 		{
 			QueueTruncateSlot(p, slotno);
-			LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
 			*position = 0;
 		}
 		ProgressRecord(p, &counts, n > 0 ? 1 : 0,
@@ -294,6 +293,9 @@ DrainPipeline(Pipeline *p, bool whole_queue)
 		total += DrainSlot(p, rotation, &position, false);
 
 	ReduceWithRetry(p);
+
+	/* tokens of truncated partitions can never be staged again */
+	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, whole_queue ? rotation : drain_rotation - 1);
 	return total;
 }
 

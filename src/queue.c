@@ -28,6 +28,7 @@
 
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -111,27 +112,35 @@ QueueFreeze(Pipeline *p)
 
 /*
  * EventAttnums maps the event columns to attribute numbers of desc, 0 for a
- * column the descriptor lacks.
+ * column the descriptor lacks, and insists that present ones have the types
+ * of the ingest table.
  */
 void
 EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
 {
-	const char *names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
+	static const char *const names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
+	static const Oid types[EV_DIM0] = {TEXTOID, INT8OID, NUMERICOID, BOOLOID, TIMESTAMPTZOID};
 
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
 		const char *name = i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
+		Oid			type = i < EV_DIM0 ? types[i] : TEXTOID;
 
 		attnums[i] = 0;
 		for (int a = 0; a < desc->natts; a++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, a);
 
-			if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
-			{
-				attnums[i] = att->attnum;
-				break;
-			}
+			if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
+				continue;
+			if (att->atttypid != type)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATATYPE_MISMATCH),
+						 errmsg("event column \"%s\" has type %s, expected %s",
+								name, format_type_be(att->atttypid), format_type_be(type)),
+						 errhint("Cast it, for example %s::%s.", name, format_type_be(type))));
+			attnums[i] = att->attnum;
+			break;
 		}
 	}
 }
