@@ -51,10 +51,10 @@ DefineSettings(void)
 
 	DefineCustomIntVariable("exactonce.batch_size",
 							"Maximum number of events taken from a queue in one batch.",
-							NULL,
+							"Workers pick up a new value on reload; a session may set its own for flush().",
 							&exactonce_batch_size,
 							10000, 1, 1000000,
-							PGC_SIGHUP,
+							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
 

@@ -694,8 +694,8 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("events must be an array of records"),
-				 errhint("Pass rows with the columns of %s.ingest, for example array_agg(e) over a table or ARRAY[ROW(...)::%s.ingest].",
-						 quote_identifier(p->name), quote_identifier(p->name))));
+				 errhint("Pass records whose columns are named and typed like those of %s.ingest, for example (SELECT array_agg(e) FROM my_events e).",
+						 quote_identifier(p->name))));
 	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
 	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, &elems, &nulls, &n);
 	events = palloc0(sizeof(Event) * Max(n, 1));

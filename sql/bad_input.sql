@@ -1,0 +1,50 @@
+-- Bad input: rejected at INSERT by Postgres, or dead-lettered with a reason.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+\set VERBOSITY terse
+SELECT exactonce.create_pipeline('b', ARRAY['d']);
+
+-- type and NOT NULL violations never enter the queue
+INSERT INTO b.ingest (key, version, value, d) VALUES (NULL, 1, 1, 'x');
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', NULL, 1, 'x');
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', 1, NULL, 'x');
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', 1, 1, NULL);
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', 'one', 1, 'x');
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', 1, 'lots', 'x');
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k', 9223372036854775808, 1, 'x');
+-- a multi-row insert with one bad row ingests nothing
+INSERT INTO b.ingest (key, version, value, d) VALUES ('k1', 1, 1, 'x'), ('k2', 1, NULL, 'x');
+SELECT count(*) FROM b.ingest;
+
+-- NaN and infinities never poison a sum
+INSERT INTO b.ingest (key, version, value, d) VALUES
+	('nan', 1, 'NaN', 'x'),
+	('inf', 1, 'Infinity', 'x'),
+	('ninf', 1, '-Infinity', 'x'),
+	('ok', 1, 1.25, 'x');
+SELECT exactonce.flush('b');
+SELECT key, reason FROM b.dead_letters ORDER BY key;
+SELECT total, keys FROM b.aggregates WHERE level = 0;
+
+-- edge values that are valid are applied exactly
+INSERT INTO b.ingest (key, version, value, d) VALUES
+	('', 1, 1, ''),
+	(repeat('k', 10000), 1, 1, repeat('d', 10000)),
+	('min', -9223372036854775808, 1, 'x'),
+	('max', 9223372036854775807, 1, 'x'),
+	('big', 1, 1e300, 'x'),
+	('tiny', 1, 1e-300, 'x');
+SELECT exactonce.flush('b');
+SELECT count(*) FROM b.state;
+SELECT total = 1e300 + 1e-300 + 4 + 1.25 AS exact_total, keys FROM b.aggregates WHERE level = 0;
+SELECT length(d), keys FROM b.aggregates WHERE level = 1 ORDER BY 1;
+-- a version beyond the highest bigint cannot be newer than max: only the same
+INSERT INTO b.ingest (key, version, value, d) VALUES ('max', 9223372036854775807, 1, 'x');
+SELECT exactonce.flush('b');
+
+SELECT ingested, applied, duplicates, stale, dead_lettered,
+	   ingested = applied + duplicates + stale + dead_lettered AS identity
+FROM exactonce.pipelines WHERE name = 'b';
+
+SELECT exactonce.drop_pipeline('b');
+DROP EXTENSION exactonce;

@@ -1,0 +1,89 @@
+-- Creating, listing, pausing and dropping pipelines; bad arguments.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+
+-- err(sql): run a statement, show its SQLSTATE, message and hint
+CREATE FUNCTION pg_temp.err(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	state text; msg text; hint text;
+BEGIN
+	EXECUTE sql;
+	RETURN 'no error';
+EXCEPTION WHEN others THEN
+	GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+	RETURN state || ': ' || msg || coalesce(' | HINT: ' || nullif(hint, ''), '');
+END $$;
+
+SELECT exactonce.create_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk']);
+SELECT exactonce.create_pipeline('runs', ARRAY['user_id'], 'accumulate');
+
+-- the relations and their columns
+SELECT c.relname, c.relkind
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'trades' AND c.relkind IN ('r', 'p')
+ORDER BY 1;
+SELECT attname, format_type(atttypid, atttypmod), attnotnull
+FROM pg_attribute WHERE attrelid = 'trades.ingest'::regclass AND attnum > 0 AND NOT attisdropped
+ORDER BY attnum;
+SELECT attname, format_type(atttypid, atttypmod)
+FROM pg_attribute WHERE attrelid = 'trades.aggregates'::regclass AND attnum > 0 AND NOT attisdropped
+ORDER BY attnum;
+SELECT attname, format_type(atttypid, atttypmod)
+FROM pg_attribute WHERE attrelid = 'runs.state'::regclass AND attnum > 0 AND NOT attisdropped
+ORDER BY attnum;
+SELECT attname FROM pg_attribute
+WHERE attrelid = 'trades.dead_letters'::regclass AND attnum > 0 AND NOT attisdropped
+ORDER BY attnum;
+
+SELECT name, mode, dimensions, paused, queued, ingested, applied, duplicates, stale,
+	   dead_lettered, batches, staged
+FROM exactonce.pipelines ORDER BY name;
+
+-- pause and resume
+SELECT exactonce.pause('trades');
+SELECT name, paused FROM exactonce.pipelines ORDER BY name;
+SELECT exactonce.resume('trades');
+SELECT name, paused FROM exactonce.pipelines ORDER BY name;
+
+-- bad arguments
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('trades', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('public', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('Trades', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('x; DROP TABLE y', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('x"y', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline(repeat('a', 64), ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('pg_trades', ARRAY['a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY[]::text[])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b', 'a'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', NULL])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['version'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a b'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], 'sum')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.flush('nope')$$);
+SELECT pg_temp.err($$SELECT exactonce.pause('nope')$$);
+SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('nope')$$);
+SELECT pg_temp.err($$SELECT exactonce.state_upsert('nope', ARRAY[1])$$);
+SELECT pg_temp.err($$SELECT exactonce.state_upsert('trades', ARRAY[1])$$);
+-- nothing was left behind by the failed calls
+SELECT name FROM exactonce.pipeline ORDER BY name;
+SELECT nspname FROM pg_namespace WHERE nspname IN ('p1', 'x', 'pg_trades') ORDER BY 1;
+
+-- drop refuses to discard queued events unless forced
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+VALUES ('t1', 1, 1, 'delta', 'amer', 'fx');
+SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('trades')$$);
+SELECT exactonce.flush('trades');
+SELECT exactonce.drop_pipeline('trades');
+INSERT INTO runs.ingest (key, version, value, user_id) VALUES ('r1', 1, 1, 'u1');
+SELECT exactonce.drop_pipeline('runs', force => true);
+SELECT count(*) FROM exactonce.pipelines;
+SELECT nspname FROM pg_namespace WHERE nspname IN ('trades', 'runs');
+
+-- a dropped pipeline's name can be used again
+SELECT exactonce.create_pipeline('trades', ARRAY['desk']);
+SELECT name, dimensions FROM exactonce.pipelines;
+SELECT exactonce.drop_pipeline('trades');
+
+DROP EXTENSION exactonce;

@@ -1,0 +1,62 @@
+-- The ingest queue: two partitions taking turns, truncated once drained.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+\set VERBOSITY terse
+SELECT exactonce.create_pipeline('q', ARRAY['d']);
+
+-- inserts land in the partition that progress.rotation names
+SELECT rotation, drain_rotation, drain_position FROM q.progress;
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 5000) i;
+SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1;
+
+-- COPY works the same way
+COPY q.ingest (key, version, value, d) FROM stdin;
+c1	1	1.5	y
+c2	1	2.5	y
+\.
+SELECT count(*) FROM q.ingest;
+SELECT pg_relation_size('q.ingest_0') > 0 AS has_pages;
+
+-- draining empties the partition at once: no dead rows left behind
+SELECT exactonce.flush('q');
+SELECT count(*) FROM q.ingest;
+SELECT pg_relation_size('q.ingest_0') AS ingest_0_bytes, pg_relation_size('q.ingest_1') AS ingest_1_bytes;
+SELECT total, keys FROM q.aggregates WHERE level = 0;
+
+-- the same holds after many rounds: size does not grow with volume
+DO $$
+BEGIN
+	FOR r IN 1..5 LOOP
+		INSERT INTO q.ingest (key, version, value, d)
+		SELECT 'k' || i, r + 1, i, 'x' FROM generate_series(1, 5000) i;
+		PERFORM exactonce.flush('q');
+	END LOOP;
+END $$;
+SELECT pg_relation_size('q.ingest_0') + pg_relation_size('q.ingest_1') AS queue_bytes;
+SELECT count(*) AS ledger_rows FROM q.ledger;
+SELECT ingested, applied, batches FROM exactonce.pipelines WHERE name = 'q';
+
+-- a small batch size drains in many batches, with the same result
+SET exactonce.batch_size = 7;
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 10, 1, 'z' FROM generate_series(1, 100) i;
+SELECT exactonce.flush('q');
+RESET exactonce.batch_size;
+SELECT d, total, keys FROM q.aggregates WHERE level = 1 ORDER BY d;
+SELECT batches FROM exactonce.pipelines WHERE name = 'q';
+
+-- a row inserted straight into the partition taking inserts is drained too
+INSERT INTO q.ingest_0 (key, version, value, d) VALUES ('direct', 1, 1, 'w');
+SELECT exactonce.flush('q');
+SELECT count(*) FROM q.state WHERE key = 'direct';
+
+-- the queue partition of the wrong turn rejects rows
+INSERT INTO q.ingest_1 (key, version, value, d) VALUES ('wrong', 1, 1, 'w');
+
+-- the monitoring view shows depth and lag of what is queued
+INSERT INTO q.ingest (key, version, value, d, event_time) VALUES ('late', 1, 1, 'w', now() - interval '1 hour');
+SELECT queued, lag >= interval '1 hour' AS lagging FROM exactonce.pipelines WHERE name = 'q';
+SELECT exactonce.flush('q');
+SELECT queued, lag FROM exactonce.pipelines WHERE name = 'q';
+
+SELECT exactonce.drop_pipeline('q');
+DROP EXTENSION exactonce;

@@ -1,0 +1,74 @@
+-- Rights: pipelines belong to their creator; an ingest-only role can only
+-- insert; nothing depends on the caller's search_path.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+\set VERBOSITY terse
+CREATE ROLE regress_eo_owner;
+CREATE ROLE regress_eo_writer;
+CREATE ROLE regress_eo_other;
+DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO regress_eo_owner', current_database()); END $$;
+
+-- a plain role creates and owns a pipeline
+SET ROLE regress_eo_owner;
+SELECT exactonce.create_pipeline('sec', ARRAY['d']);
+SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 'sec';
+SELECT DISTINCT relowner::regrole FROM pg_class WHERE relnamespace = 'sec'::regnamespace;
+GRANT USAGE ON SCHEMA sec TO regress_eo_writer;
+GRANT INSERT ON sec.ingest TO regress_eo_writer;
+RESET ROLE;
+SELECT name, owner FROM exactonce.pipelines;
+
+-- the writer may insert, and nothing else
+SET ROLE regress_eo_writer;
+INSERT INTO sec.ingest (key, version, value, d) VALUES ('k1', 1, 10, 'x');
+COPY sec.ingest (key, version, value, d) FROM stdin;
+k2	1	20	x
+\.
+SELECT * FROM sec.ingest;
+SELECT * FROM sec.state;
+SELECT * FROM sec.aggregates;
+SELECT * FROM sec.ledger;
+SELECT * FROM sec.dead_letters;
+SELECT * FROM sec.progress;
+UPDATE sec.aggregates SET total = 0;
+DELETE FROM sec.ingest;
+TRUNCATE sec.ingest_0;
+SELECT exactonce.flush('sec');
+SELECT exactonce.pause('sec');
+SELECT exactonce.drop_pipeline('sec');
+SELECT * FROM exactonce.state_upsert('sec', (SELECT array_agg(e) FROM (VALUES ('k9', 1::bigint, 1::numeric, 'x')) e(key, version, value, d)));
+SELECT exactonce.reduce_apply('sec');
+SET exactonce.fault_map = 1;
+-- monitoring is open to everyone
+SELECT name, queued FROM exactonce.pipelines;
+RESET ROLE;
+
+-- neither can another role touch it
+SET ROLE regress_eo_other;
+SELECT exactonce.flush('sec');
+SELECT * FROM sec.aggregates;
+RESET ROLE;
+
+-- objects planted in public cannot change what the stages compute
+CREATE FUNCTION public.unnest(anyarray) RETURNS SETOF anyelement LANGUAGE sql AS 'SELECT NULL::anyelement';
+CREATE FUNCTION public.evil_add(numeric, numeric) RETURNS numeric LANGUAGE sql AS 'SELECT 42::numeric';
+CREATE OPERATOR public.+ (LEFTARG = numeric, RIGHTARG = numeric, FUNCTION = public.evil_add);
+CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE sql AS $$SELECT '2000-01-01'::timestamptz$$;
+GRANT ALL ON SCHEMA public TO regress_eo_owner;
+SET ROLE regress_eo_owner;
+SET search_path = public, pg_catalog;
+CREATE TEMP TABLE progress (x int);
+SELECT exactonce.flush('sec');
+SELECT exactonce.flush('sec');
+RESET search_path;
+SELECT level, d, total, keys, updated_at > '2001-01-01' AS real_time FROM sec.aggregates ORDER BY level;
+SELECT key, version, value FROM sec.state ORDER BY key;
+DROP TABLE pg_temp.progress;
+SELECT exactonce.drop_pipeline('sec');
+RESET ROLE;
+DROP OPERATOR public.+ (numeric, numeric);
+DROP FUNCTION public.evil_add(numeric, numeric), public.unnest(anyarray), public.now();
+REVOKE ALL ON SCHEMA public FROM regress_eo_owner;
+DO $$ BEGIN EXECUTE format('REVOKE CREATE ON DATABASE %I FROM regress_eo_owner', current_database()); END $$;
+DROP ROLE regress_eo_owner, regress_eo_writer, regress_eo_other;
+DROP EXTENSION exactonce;
