@@ -15,7 +15,9 @@ OBJS = \
 	src/reduce.o \
 	src/drain.o \
 	src/fault.o \
-	src/stats.o
+	src/stats.o \
+	src/shmem.o \
+	src/worker.o
 
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql

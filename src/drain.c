@@ -23,6 +23,7 @@
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -223,49 +224,61 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainSlot drains one partition from *position to its end, in batches,
- * then truncates it.  It returns the number of events taken.
+ * DrainBatch takes one batch from a partition, from *position on, through
+ * state and map, and records the position and counts it reached.  When the
+ * batch comes up short the partition is exhausted: it is truncated, and with
+ * advance the next rotation's partition becomes the one to drain.
+ */
+static DrainResult
+DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
+{
+	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
+	int			max = exactonce_batch_size;
+	MemoryContext batch_cxt = AllocSetContextCreate(CurrentMemoryContext,
+													"exactonce batch",
+													ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(batch_cxt);
+	Event	   *events = palloc(sizeof(Event) * max);
+	StageCounts counts = {0};
+	DrainResult r = {true, 0, DT_NOEND};
+	bool		exhausted;
+
+	CHECK_FOR_INTERRUPTS();
+	r.taken = QueueReadBatch(p, slotno, position, max, events);
+	for (int i = 0; i < r.taken; i++)
+		r.oldest = Min(r.oldest, events[i].event_time);
+	if (r.taken > 0)
+		ProcessBatch(p, events, (int) r.taken, rotation, &counts);
+	exhausted = r.taken < max;
+	if (exhausted)
+	{
+		QueueTruncateSlot(p, slotno);
+		*position = 0;
+	}
+	ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0,
+				   exhausted && advance ? rotation + 1 : rotation, *position);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(batch_cxt);
+	return r;
+}
+
+/*
+ * DrainSlot drains one partition from *position to its end, batch by batch,
+ * and returns the number of events taken.
  */
 static int64
 DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
 {
-	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
-	int			max = exactonce_batch_size;
-	Event	   *events;
-	MemoryContext batch_cxt,
-				old;
 	int64		total = 0;
 
-	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce batch",
-									  ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		StageCounts counts = {0};
-		int			n;
-		bool		exhausted;
+		DrainResult r = DrainBatch(p, rotation, position, advance);
 
-		CHECK_FOR_INTERRUPTS();
-		MemoryContextReset(batch_cxt);
-		old = MemoryContextSwitchTo(batch_cxt);
-		events = palloc(sizeof(Event) * max);
-		n = QueueReadBatch(p, slotno, position, max, events);
-		if (n > 0)
-			ProcessBatch(p, events, n, rotation, &counts);
-		exhausted = n < max;
-		if (exhausted)
-		{
-			QueueTruncateSlot(p, slotno);
-			*position = 0;
-		}
-		ProgressRecord(p, &counts, n > 0 ? 1 : 0,
-					   exhausted && advance ? rotation + 1 : rotation, *position);
-		MemoryContextSwitchTo(old);
-		total += n;
-		if (exhausted)
-			break;
+		total += r.taken;
+		if (r.taken < exactonce_batch_size)
+			return total;
 	}
-	MemoryContextDelete(batch_cxt);
-	return total;
 }
 
 /*
@@ -297,6 +310,55 @@ DrainPipeline(Pipeline *p, bool whole_queue)
 	/* tokens of truncated partitions can never be staged again */
 	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, whole_queue ? rotation : drain_rotation - 1);
 	return total;
+}
+
+/*
+ * DrainStep is one unit of a worker's work on a pipeline, for one
+ * transaction: drain a batch of the sealed partition and reduce it, or, with
+ * nothing sealed left and rows waiting, rotate the queue so that the
+ * partition taking inserts gets sealed.
+ */
+DrainResult
+DrainStep(Pipeline *p)
+{
+	int64		rotation,
+				drain_rotation,
+				position;
+	bool		paused;
+	DrainResult r = {false, 0, DT_NOEND};
+
+	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
+	if (paused)
+		return r;
+
+	if (drain_rotation < rotation)
+	{
+		/*
+		 * Seal the partition before its first batch: wait for every
+		 * transaction that may still insert into it.  Each took its lock on
+		 * the queue before reading the rotation, and the rotation that sent
+		 * inserts elsewhere has committed.
+		 */
+		if (position == 0)
+		{
+			LOCKTAG		tag;
+
+			SET_LOCKTAG_RELATION(tag, MyDatabaseId, p->ingest);
+			WaitForLockers(tag, ShareLock, false);
+		}
+		r = DrainBatch(p, drain_rotation, &position, true);
+		ReduceWithRetry(p);
+		if (position == 0)
+			LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, drain_rotation);
+		return r;
+	}
+
+	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
+	{
+		ProgressRotate(p);
+		r.worked = true;
+	}
+	return r;
 }
 
 /*

@@ -77,4 +77,9 @@ _PG_init(void)
 	DefineSettings();
 	FaultInit();
 	MarkGUCPrefixReserved("exactonce");
+	if (process_shared_preload_libraries_in_progress)
+	{
+		ShmemInit();
+		WorkerInit();
+	}
 }

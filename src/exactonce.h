@@ -22,6 +22,8 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
 #include "utils/numeric.h"
@@ -31,6 +33,9 @@
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
 #define EXACTONCE_SOURCE_QUEUE		"queue"
+#define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
+#define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */
+#define EXACTONCE_LATENCY_SAMPLES	32	/* batches per pipeline for latency */
 
 /* SQLSTATE of injected faults, so retry logic can tell them from bad data */
 #define ERRCODE_EXACTONCE_INJECTED_FAULT	MAKE_SQLSTATE('E','O','0','0','1')
@@ -158,6 +163,53 @@ NumericIsZero(Numeric a)
 											 NumericGetDatum(int64_to_numeric(0)))) == 0;
 }
 
+/* What a drain worker knows of one pipeline it serves (shmem.c). */
+typedef struct PipelineStat
+{
+	int32		id;
+	int			failures;		/* consecutive failed steps */
+	TimestampTz retry_at;		/* backoff: no step before this */
+	int			nlatency;
+	double		latency_ms[EXACTONCE_LATENCY_SAMPLES];	/* oldest event of a batch, insert to commit */
+	char		last_error[256];
+} PipelineStat;
+
+typedef enum WorkerState
+{
+	WORKER_FREE = 0,
+	WORKER_IDLE,
+	WORKER_DRAINING,
+	WORKER_STOPPING
+} WorkerState;
+
+/* One drain worker. */
+typedef struct WorkerSlot
+{
+	pid_t		pid;
+	Oid			dboid;
+	int			index;			/* serves pipelines with id % nworkers == index */
+	int			nworkers;
+	Latch	   *latch;
+	WorkerState state;
+	int32		pipeline_id;	/* being drained, if DRAINING */
+	PipelineStat pipes[EXACTONCE_WORKER_PIPELINES];
+} WorkerSlot;
+
+typedef struct ExactonceShared
+{
+	LWLock	   *lock;
+	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} ExactonceShared;
+
+extern ExactonceShared *exactonce_shared;
+
+/* shmem.c */
+extern void ShmemInit(void);
+extern void WakeWorkers(void);
+
+/* worker.c */
+extern void WorkerInit(void);
+
 /* pipeline.c */
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id);
@@ -178,6 +230,7 @@ extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 int64 *drain_position, bool *paused);
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation, int64 drain_position);
+extern void ProgressRotate(Pipeline *p);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
 
 /* plan slots for SpiPlan */
@@ -185,7 +238,7 @@ enum
 {
 	PLAN_PROGRESS_LOCK,
 	PLAN_PROGRESS_ADD,
-	PLAN_PROGRESS_DRAIN,
+	PLAN_PROGRESS_ROTATE,
 	PLAN_STATE_UPSERT,
 	PLAN_SEEN_INSERT,
 	PLAN_DEAD_LETTER,
@@ -216,6 +269,7 @@ extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
 						   Event *events);
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
+extern bool QueueHasRows(Pipeline *p, int slotno);
 
 /* state.c */
 extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
@@ -234,7 +288,15 @@ extern int	ReduceApply(Pipeline *p, Datum tokens, bool have_tokens);
 extern int64 LedgerCollect(Pipeline *p, const char *source, int64 position);
 
 /* drain.c */
+typedef struct DrainResult
+{
+	bool		worked;			/* took events, truncated or rotated */
+	int64		taken;			/* events taken from the queue */
+	TimestampTz oldest;			/* oldest event_time taken */
+} DrainResult;
+
 extern int64 DrainPipeline(Pipeline *p, bool whole_queue);
+extern DrainResult DrainStep(Pipeline *p);
 
 /* fault.c */
 extern void FaultInit(void);

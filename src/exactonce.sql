@@ -87,6 +87,13 @@ LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION exactonce.ingest_slot(regclass) IS
 	'default of ingest.ingest_slot: the queue partition that currently takes inserts';
 
+CREATE FUNCTION exactonce.wake()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'exactonce_wake'
+LANGUAGE C;
+COMMENT ON FUNCTION exactonce.wake() IS
+	'statement trigger on each ingest queue: wakes the background workers of this database';
+
 /* The three stages */
 
 CREATE FUNCTION exactonce.state_upsert(pipeline text, events anyarray)
@@ -139,16 +146,19 @@ CREATE FUNCTION exactonce.pipeline_stats(
 	OUT staged bigint,
 	OUT last_batch_at timestamptz,
 	OUT worker_pid integer,
-	OUT worker_state text)
+	OUT worker_state text,
+	OUT latency_p50 interval,
+	OUT latency_max interval,
+	OUT last_error text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'exactonce_pipeline_stats'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.pipeline_stats() IS
-	'one row per pipeline: mode, queue depth and lag, counters, worker state';
+	'one row per pipeline: mode, queue depth and lag, counters, worker state, latency of recent batches';
 
 CREATE VIEW exactonce.pipelines AS
 	SELECT * FROM exactonce.pipeline_stats();
 COMMENT ON VIEW exactonce.pipelines IS
-	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker state';
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid and state, insert-to-aggregate latency of the last batches, last error';
 
 GRANT SELECT ON exactonce.pipelines TO PUBLIC;

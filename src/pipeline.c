@@ -199,6 +199,8 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ALTER COLUMN ingest_slot"
 					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
 					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
+	appendStringInfo(&sql, "CREATE TRIGGER wake AFTER INSERT ON %s.ingest"
+					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n", s);
 	appendStringInfo(&sql, "COMMENT ON TABLE %s.ingest IS 'exactonce: the queue; INSERT or COPY events here';\n"
 					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n",
 					 s, s);
@@ -572,6 +574,7 @@ SetPaused(const char *name, bool paused)
 		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
+	WakeWorkers();
 }
 
 /*

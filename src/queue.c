@@ -35,7 +35,9 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "storage/bufmgr.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 
@@ -238,6 +240,19 @@ QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max, Event *events)
 	UnregisterSnapshot(snap);
 	table_close(rel, AccessShareLock);
 	return n;
+}
+
+/*
+ * QueueHasRows tells whether a partition may hold rows: any page at all.
+ */
+bool
+QueueHasRows(Pipeline *p, int slotno)
+{
+	Relation	rel = table_open(p->slots[slotno], AccessShareLock);
+	bool		has = RelationGetNumberOfBlocks(rel) > 0;
+
+	table_close(rel, AccessShareLock);
+	return has;
 }
 
 /*

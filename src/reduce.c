@@ -238,13 +238,13 @@ static const char *
 BuildLedgerGC(Pipeline *p)
 {
 	return psprintf("DELETE FROM %s.ledger WHERE applied_at IS NOT NULL"
-					" AND source = $1 AND position <= $2",
+					" AND source = $1 AND (position <= $2 OR position IS NULL)",
 					quote_identifier(p->name));
 }
 
 /*
  * LedgerCollect forgets the applied tokens that source staged at or below
- * position, and returns how many it forgot.
+ * position, or without a position, and returns how many it forgot.
  */
 int64
 LedgerCollect(Pipeline *p, const char *source, int64 position)

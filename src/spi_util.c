@@ -22,9 +22,17 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+/* Plans are kept per schema and id: a pipeline recreated under the same
+ * name, or after the extension was recreated, gets plans of its own. */
+typedef struct PlanKey
+{
+	Oid			nspid;
+	int32		pipeline_id;
+} PlanKey;
+
 typedef struct PlanEntry
 {
-	int32		pipeline_id;	/* hash key */
+	PlanKey		key;			/* hash key */
 	SPIPlanPtr	plans[PLAN_COUNT];
 } PlanEntry;
 
@@ -63,19 +71,23 @@ SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),
 		int nargs, Oid *argtypes)
 {
 	PlanEntry  *entry;
+	PlanKey		key;
 	bool		found;
 
 	if (plan_cache == NULL)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(int32);
+		ctl.keysize = sizeof(PlanKey);
 		ctl.entrysize = sizeof(PlanEntry);
 		ctl.hcxt = CacheMemoryContext;
 		plan_cache = hash_create("exactonce plans", 16, &ctl,
 								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
-	entry = hash_search(plan_cache, &p->id, HASH_ENTER, &found);
+	memset(&key, 0, sizeof(key));
+	key.nspid = p->nspid;
+	key.pipeline_id = p->id;
+	entry = hash_search(plan_cache, &key, HASH_ENTER, &found);
 	if (!found)
 		memset(entry->plans, 0, sizeof(entry->plans));
 	if (entry->plans[which] == NULL)
@@ -221,6 +233,26 @@ ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 	if (drain_rotation < 0)
 		nulls[6] = nulls[7] = 'n';
 	SpiExec(plan, values, nulls, 1);
+}
+
+/*
+ * BuildProgressRotate: send inserts to the other queue partition.
+ */
+static const char *
+BuildProgressRotate(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET rotation = rotation + 1",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressRotate makes the other queue partition take inserts once this
+ * transaction commits.
+ */
+void
+ProgressRotate(Pipeline *p)
+{
+	SpiExec(SpiPlan(p, PLAN_PROGRESS_ROTATE, BuildProgressRotate, 0, NULL), NULL, NULL, 1);
 }
 
 /*

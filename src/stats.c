@@ -19,11 +19,92 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lwlock.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(exactonce_pipeline_stats);
 
-#define STATS_COLUMNS 18
+#define STATS_COLUMNS 21
+
+/*
+ * DoubleCmp orders doubles for qsort.
+ */
+static int
+DoubleCmp(const void *a, const void *b)
+{
+	double		x = *(const double *) a;
+	double		y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * MsInterval turns milliseconds into an interval datum.
+ */
+static Datum
+MsInterval(double ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = (TimeOffset) (ms * 1000.0);
+	return IntervalPGetDatum(iv);
+}
+
+/*
+ * WorkerColumns fills worker_pid, worker_state, latency_p50, latency_max and
+ * last_error of a pipeline from the slot of the worker that serves it.
+ */
+static void
+WorkerColumns(int32 id, bool paused, Datum *values, bool *nulls)
+{
+	if (exactonce_shared == NULL)
+		return;
+	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
+	for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
+	{
+		WorkerSlot *slot = &exactonce_shared->slots[i];
+		PipelineStat *st = NULL;
+		const char *state;
+
+		if (slot->pid == 0 || slot->dboid != MyDatabaseId || slot->nworkers == 0 ||
+			id % slot->nworkers != slot->index)
+			continue;
+		for (int j = 0; j < EXACTONCE_WORKER_PIPELINES; j++)
+			if (slot->pipes[j].id == id)
+				st = &slot->pipes[j];
+		if (paused)
+			state = "paused";
+		else if (slot->state == WORKER_DRAINING && slot->pipeline_id == id)
+			state = "draining";
+		else if (st && st->retry_at > GetCurrentTimestamp())
+			state = "backoff";
+		else if (slot->state == WORKER_STOPPING)
+			state = "stopping";
+		else
+			state = "idle";
+		values[0] = Int32GetDatum(slot->pid);
+		values[1] = CStringGetTextDatum(state);
+		nulls[0] = nulls[1] = false;
+		if (st && st->nlatency > 0)
+		{
+			double		sorted[EXACTONCE_LATENCY_SAMPLES];
+
+			memcpy(sorted, st->latency_ms, sizeof(double) * st->nlatency);
+			qsort(sorted, st->nlatency, sizeof(double), DoubleCmp);
+			values[2] = MsInterval(sorted[st->nlatency / 2]);
+			values[3] = MsInterval(sorted[st->nlatency - 1]);
+			nulls[2] = nulls[3] = false;
+		}
+		if (st && st->failures > 0)
+		{
+			values[4] = CStringGetTextDatum(st->last_error);
+			nulls[4] = false;
+		}
+		break;
+	}
+	LWLockRelease(exactonce_shared->lock);
+}
 
 /*
  * exactonce_pipeline_stats returns the rows of exactonce.pipelines.
@@ -41,7 +122,7 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
-	if (SPI_execute("SELECT name, mode, dimensions, owner FROM exactonce.pipeline ORDER BY name",
+	if (SPI_execute("SELECT name, mode, dimensions, owner, id FROM exactonce.pipeline ORDER BY name",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	registry = SPI_tuptable;
@@ -89,7 +170,8 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 				nulls[4 + c] = isnull;
 			}
 		}
-		/* worker_pid and worker_state stay NULL: no worker serves it */
+		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
+					  !nulls[4] && DatumGetBool(values[4]), &values[16], &nulls[16]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 

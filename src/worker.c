@@ -1,0 +1,466 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The launcher and the drain workers.
+ *
+ * The launcher (a static background worker) starts exactonce.workers drain
+ * workers for each database in exactonce.database and restarts any that
+ * exits.  A drain worker connects to its database and serves the pipelines
+ * with id % workers == its index, so every pipeline has exactly one drainer
+ * and its reduce has a single writer: workers never wait for each other on
+ * the same aggregate rows, and stages of one pipeline are serialized by its
+ * progress row lock anyway (flush() or an external caller simply queues
+ * behind a worker's batch).
+ *
+ * A worker takes one step per pipeline per round (drain one batch and reduce
+ * it, or rotate the queue), each in its own transaction and as the role that
+ * owns the pipeline.  A step that fails is rolled back and the pipeline is
+ * retried with exponential backoff (1 s doubling to 60 s) while the others go
+ * on.  A worker with nothing to do sleeps on its latch, which the ingest
+ * trigger sets; exactonce.naptime bounds the sleep as a safety net.
+ *
+ * Restart policy: drain workers are dynamic workers that are never restarted
+ * by the postmaster; the launcher restarts them, at once after a clean exit
+ * and with a backoff of 1 s doubling to 60 s after a failure.  The launcher is
+ * restarted by the postmaster 5 s after it dies; after a crash of any process
+ * the postmaster restarts the launcher, which starts all drain workers anew.
+ * SIGTERM makes a drain worker stop at the next batch boundary; SIGHUP
+ * reloads the configuration (exactonce.batch_size, exactonce.naptime, the
+ * fault settings).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "exactonce.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/varlena.h"
+
+PGDLLEXPORT void exactonce_launcher_main(Datum arg);
+PGDLLEXPORT void exactonce_drain_main(Datum arg);
+
+static volatile sig_atomic_t terminate = false;
+static WorkerSlot *my_slot = NULL;
+
+/*
+ * HandleSigterm asks a drain worker to stop at the next batch boundary.
+ */
+static void
+HandleSigterm(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	terminate = true;
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+/*
+ * WorkerInit registers the launcher; only when preloaded.
+ */
+void
+WorkerInit(void)
+{
+	BackgroundWorker bgw = {0};
+
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "exactonce launcher");
+	snprintf(bgw.bgw_type, BGW_MAXLEN, "exactonce launcher");
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = 5;
+	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "exactonce");
+	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "exactonce_launcher_main");
+	RegisterBackgroundWorker(&bgw);
+}
+
+/*
+ * StartDrainWorker starts the drain worker of one slot.
+ */
+static BackgroundWorkerHandle *
+StartDrainWorker(int slotno, const char *dbname)
+{
+	BackgroundWorker bgw = {0};
+	BackgroundWorkerHandle *handle;
+
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "exactonce drain %s #%d", dbname,
+			 exactonce_shared->slots[slotno].index);
+	snprintf(bgw.bgw_type, BGW_MAXLEN, "exactonce drain");
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "exactonce");
+	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "exactonce_drain_main");
+	bgw.bgw_main_arg = Int32GetDatum(slotno);
+	strlcpy(bgw.bgw_extra, dbname, BGW_EXTRALEN);
+	bgw.bgw_notify_pid = MyProcPid;
+	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start exactonce drain worker for database \"%s\"", dbname),
+				 errhint("Raise max_worker_processes.")));
+		return NULL;
+	}
+	return handle;
+}
+
+/*
+ * exactonce_launcher_main starts and supervises the drain workers.
+ */
+void
+exactonce_launcher_main(Datum arg)
+{
+	char	   *dblist = pstrdup(exactonce_database);
+	List	   *dbs = NIL;
+	int			nslots = 0;
+	char	   *dbnames[EXACTONCE_MAX_WORKERS];
+	BackgroundWorkerHandle *handles[EXACTONCE_MAX_WORKERS] = {0};
+	TimestampTz start_at[EXACTONCE_MAX_WORKERS] = {0};
+	TimestampTz started[EXACTONCE_MAX_WORKERS] = {0};
+	int			backoff[EXACTONCE_MAX_WORKERS] = {0};
+	ListCell   *lc;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	if (!SplitIdentifierString(dblist, ',', &dbs))
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in exactonce.database: \"%s\"", exactonce_database)));
+
+	/* one slot per (database, worker index) */
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	foreach(lc, dbs)
+	{
+		for (int i = 0; i < exactonce_workers && nslots < EXACTONCE_MAX_WORKERS; i++)
+		{
+			WorkerSlot *slot = &exactonce_shared->slots[nslots];
+
+			memset(slot, 0, sizeof(WorkerSlot));
+			slot->index = i;
+			slot->nworkers = exactonce_workers;
+			dbnames[nslots++] = pstrdup(lfirst(lc));
+		}
+	}
+	LWLockRelease(exactonce_shared->lock);
+	if (list_length(dbs) * exactonce_workers > EXACTONCE_MAX_WORKERS)
+		ereport(WARNING,
+				(errmsg("exactonce starts at most %d drain workers", EXACTONCE_MAX_WORKERS)));
+
+	while (!ShutdownRequestPending)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		sleep_ms = 10000;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		for (int s = 0; s < nslots; s++)
+		{
+			pid_t		pid;
+
+			if (handles[s] != NULL &&
+				GetBackgroundWorkerPid(handles[s], &pid) != BGWH_STOPPED)
+				continue;
+			if (handles[s] != NULL)
+			{
+				/* it exited: back off if it did not last a minute */
+				pfree(handles[s]);
+				handles[s] = NULL;
+				backoff[s] = TimestampDifferenceExceeds(started[s], now, 60000) ? 0 :
+					Min(Max(backoff[s] * 2, 1000), 60000);
+				start_at[s] = TimestampTzPlusMilliseconds(now, backoff[s]);
+			}
+			if (now >= start_at[s])
+			{
+				handles[s] = StartDrainWorker(s, dbnames[s]);
+				started[s] = now;
+				if (handles[s] == NULL)
+					start_at[s] = TimestampTzPlusMilliseconds(now, 10000);
+			}
+			else
+				sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, start_at[s]) + 1);
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	proc_exit(0);
+}
+
+/*
+ * StatFor returns the slot's statistics entry of a pipeline, making one.
+ */
+static PipelineStat *
+StatFor(int32 id)
+{
+	PipelineStat *free_entry = NULL;
+
+	for (int i = 0; i < EXACTONCE_WORKER_PIPELINES; i++)
+	{
+		if (my_slot->pipes[i].id == id)
+			return &my_slot->pipes[i];
+		if (my_slot->pipes[i].id == 0 && free_entry == NULL)
+			free_entry = &my_slot->pipes[i];
+	}
+	if (free_entry)
+	{
+		memset(free_entry, 0, sizeof(PipelineStat));
+		free_entry->id = id;
+	}
+	return free_entry;
+}
+
+/*
+ * SetState publishes what the worker does.
+ */
+static void
+SetState(WorkerState state, int32 pipeline_id)
+{
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	my_slot->state = state;
+	my_slot->pipeline_id = pipeline_id;
+	LWLockRelease(exactonce_shared->lock);
+}
+
+/*
+ * ReleaseSlot clears the worker's slot at exit.
+ */
+static void
+ReleaseSlot(int code, Datum arg)
+{
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	my_slot->latch = NULL;
+	my_slot->pid = 0;
+	my_slot->state = WORKER_FREE;
+	LWLockRelease(exactonce_shared->lock);
+}
+
+/*
+ * ServedPipelines lists the pipelines this worker drains, or NIL when the
+ * extension is not installed in its database.
+ */
+static List *
+ServedPipelines(void)
+{
+	List	   *ids = NIL;
+	List	   *mine = NIL;
+	ListCell   *lc;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("exactonce", true)))
+	{
+		SPI_connect();
+		ids = PipelineListIds();
+		SPI_finish();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	foreach(lc, ids)
+		if (lfirst_int(lc) % my_slot->nworkers == my_slot->index)
+			mine = lappend_int(mine, lfirst_int(lc));
+	return mine;
+}
+
+/*
+ * StepPipeline runs one step on a pipeline in a transaction of its own, as
+ * the pipeline's owner.
+ */
+static DrainResult
+StepPipeline(int32 id)
+{
+	DrainResult r = {false, 0, DT_NOEND};
+	Pipeline   *p;
+	Oid			save_userid;
+	int			save_sec;
+	int			nestlevel;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoadById(id);
+	if (p != NULL)
+	{
+		pgstat_report_activity(STATE_RUNNING, psprintf("draining pipeline %s", p->name));
+		GetUserIdAndSecContext(&save_userid, &save_sec);
+		SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		r = DrainStep(p);
+		SetUserIdAndSecContext(save_userid, save_sec);
+	}
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return r;
+}
+
+/*
+ * RecordStep updates the pipeline's statistics after a step: latency of the
+ * batch on success, error and backoff on failure.
+ */
+static void
+RecordStep(PipelineStat *st, DrainResult *r, ErrorData *err)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (st == NULL)
+		return;
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	if (err == NULL)
+	{
+		st->failures = 0;
+		st->retry_at = 0;
+		if (r->taken > 0 && r->oldest != DT_NOEND)
+		{
+			memmove(&st->latency_ms[1], &st->latency_ms[0],
+					sizeof(double) * (EXACTONCE_LATENCY_SAMPLES - 1));
+			st->latency_ms[0] = (double) (now - r->oldest) / 1000.0;
+			st->nlatency = Min(st->nlatency + 1, EXACTONCE_LATENCY_SAMPLES);
+		}
+	}
+	else
+	{
+		int			delay = Min(1000 << Min(st->failures, 6), 60000);
+
+		st->failures++;
+		st->retry_at = TimestampTzPlusMilliseconds(now, delay);
+		strlcpy(st->last_error, err->message ? err->message : "unknown error",
+				sizeof(st->last_error));
+	}
+	LWLockRelease(exactonce_shared->lock);
+}
+
+/*
+ * TryStep runs StepPipeline and returns NULL, or the error it raised after
+ * rolling its transaction back.
+ */
+static pg_noinline ErrorData *
+TryStep(int32 id, DrainResult *r, MemoryContext cxt)
+{
+	ErrorData  *volatile err = NULL;
+
+	PG_TRY();
+	{
+		*r = StepPipeline(id);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	return err;
+}
+
+/*
+ * DrainRound gives every served pipeline one step; it returns whether any
+ * step did work.
+ */
+static bool
+DrainRound(MemoryContext round_cxt)
+{
+	List	   *ids = ServedPipelines();
+	ListCell   *lc;
+	bool		worked = false;
+
+	foreach(lc, ids)
+	{
+		int32		id = lfirst_int(lc);
+		PipelineStat *st = StatFor(id);
+		DrainResult r = {false, 0, DT_NOEND};
+		ErrorData  *err;
+
+		if (terminate)
+			break;
+		if (st != NULL && st->retry_at > GetCurrentTimestamp())
+			continue;
+		SetState(WORKER_DRAINING, id);
+		err = TryStep(id, &r, round_cxt);
+		RecordStep(st, &r, err);
+		worked |= r.worked;
+	}
+	SetState(WORKER_IDLE, 0);
+	return worked;
+}
+
+/*
+ * exactonce_drain_main is the drain worker: rounds over its pipelines while
+ * there is work, sleeps on its latch when there is none.
+ */
+void
+exactonce_drain_main(Datum arg)
+{
+	int			slotno = DatumGetInt32(arg);
+	char		dbname[NAMEDATALEN];
+	MemoryContext round_cxt;
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, HandleSigterm);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+
+	my_slot = &exactonce_shared->slots[slotno];
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	my_slot->pid = MyProcPid;
+	my_slot->dboid = MyDatabaseId;
+	my_slot->latch = MyLatch;
+	my_slot->state = WORKER_IDLE;
+	memset(my_slot->pipes, 0, sizeof(my_slot->pipes));
+	LWLockRelease(exactonce_shared->lock);
+	before_shmem_exit(ReleaseSlot, 0);
+
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "exactonce round",
+									  ALLOCSET_DEFAULT_SIZES);
+	while (!terminate)
+	{
+		bool		worked;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextSwitchTo(round_cxt);
+		worked = DrainRound(round_cxt);
+		MemoryContextReset(round_cxt);
+
+		if (!worked && !terminate)
+		{
+			pgstat_report_activity(STATE_IDLE, NULL);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 exactonce_naptime, PG_WAIT_EXTENSION);
+		}
+	}
+	SetState(WORKER_STOPPING, 0);
+	proc_exit(0);
+}
