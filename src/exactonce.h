@@ -48,6 +48,7 @@ extern int	exactonce_naptime;
 extern double exactonce_fault_state;
 extern double exactonce_fault_map;
 extern double exactonce_fault_reduce;
+extern char *exactonce_fault_poison_key;
 
 typedef enum PipelineMode
 {
@@ -301,5 +302,6 @@ extern DrainResult DrainStep(Pipeline *p);
 /* fault.c */
 extern void FaultInit(void);
 extern void FaultMaybeFail(const char *stage, double probability);
+extern void FaultPoison(text *key);
 
 #endif							/* EXACTONCE_H */

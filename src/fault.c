@@ -19,6 +19,7 @@
 double		exactonce_fault_state = 0.0;
 double		exactonce_fault_map = 0.0;
 double		exactonce_fault_reduce = 0.0;
+char	   *exactonce_fault_poison_key = NULL;
 
 /*
  * DefineFaultSetting registers one failure probability.
@@ -45,6 +46,32 @@ FaultInit(void)
 	DefineFaultSetting("exactonce.fault_state", "state", &exactonce_fault_state);
 	DefineFaultSetting("exactonce.fault_map", "map", &exactonce_fault_map);
 	DefineFaultSetting("exactonce.fault_reduce", "reduce", &exactonce_fault_reduce);
+	DefineCustomStringVariable("exactonce.fault_poison_key",
+							   "Key whose events make the state stage fail, every time.",
+							   "For tests of poison-event isolation only; empty disables it.",
+							   &exactonce_fault_poison_key,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+}
+
+/*
+ * FaultPoison fails, as bad data would, if an event carries the poison key.
+ */
+void
+FaultPoison(text *key)
+{
+	size_t		len;
+
+	if (exactonce_fault_poison_key == NULL || exactonce_fault_poison_key[0] == '\0')
+		return;
+	len = strlen(exactonce_fault_poison_key);
+	if (VARSIZE_ANY_EXHDR(key) == len &&
+		memcmp(VARDATA_ANY(key), exactonce_fault_poison_key, len) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("injected poison event with key \"%s\"", exactonce_fault_poison_key)));
 }
 
 /*

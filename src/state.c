@@ -636,8 +636,11 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	counts->ingested += n;
 
 	for (int i = 0; i < n; i++)
+	{
+		FaultPoison(events[i].key);
 		if (Validate(&w, &events[i]))
 			sorted[nvalid++] = &events[i];
+	}
 	qsort(sorted, nvalid, sizeof(Event *), EventCmp);
 
 	snap = RegisterSnapshot(GetLatestSnapshot());

@@ -20,8 +20,9 @@
  * trigger sets; exactonce.naptime bounds the sleep as a safety net.
  *
  * Restart policy: drain workers are dynamic workers that are never restarted
- * by the postmaster; the launcher restarts them, at once after a clean exit
- * and with a backoff of 1 s doubling to 60 s after a failure.  The launcher is
+ * by the postmaster; the launcher restarts them when they exit for any
+ * reason: at once if the worker had run for a minute, otherwise after a
+ * backoff of 1 s doubling to 10 s (a missing database, say, fails at once).  The launcher is
  * restarted by the postmaster 5 s after it dies; after a crash of any process
  * the postmaster restarts the launcher, which starts all drain workers anew.
  * SIGTERM makes a drain worker stop at the next batch boundary; SIGHUP
@@ -185,7 +186,7 @@ exactonce_launcher_main(Datum arg)
 				pfree(handles[s]);
 				handles[s] = NULL;
 				backoff[s] = TimestampDifferenceExceeds(started[s], now, 60000) ? 0 :
-					Min(Max(backoff[s] * 2, 1000), 60000);
+					Min(Max(backoff[s] * 2, 1000), 10000);
 				start_at[s] = TimestampTzPlusMilliseconds(now, backoff[s]);
 			}
 			if (now >= start_at[s])

@@ -18,7 +18,7 @@ bash test/deps.sh || exit 1
 make -s || exit 1
 make -s install >/dev/null || exit 1
 
-test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB'" || {
+test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB,${DB}2'" "exactonce.workers = 2" || {
 	cat "$DIR/server.log" 2>/dev/null
 	exit 1
 }
