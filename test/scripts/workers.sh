@@ -30,14 +30,14 @@ SELECT count(*) FROM (
    SELECT a, b, level, total, keys FROM wk.aggregates)) m;
 SQL
 
-# produce BATCH: one transaction adds 2000 events (duplicates, moves, late versions)
+# produce BATCH: one transaction adds 2000 events (duplicates, moves, late
+# versions); a (key, version) always has the same content
 produce() {
 	psql -X -q -d $DB -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<SQL
 BEGIN;
 INSERT INTO produced
-SELECT $1, 'k' || (i % 3000), ($1 * 7 + i) % 11, ((i * 31 + $1) % 1000)::numeric / 10,
-       'a' || ((i + $1) % 3), 'b' || (i % 5)
-FROM generate_series(1, 2000) i;
+SELECT $1, 'k' || k, v, ((k * 31 + v * 17) % 1000)::numeric / 10, 'a' || ((k + v) % 3), 'b' || ((k * v) % 5)
+FROM (SELECT i % 3000 AS k, ($1 * 7 + i) % 11 AS v FROM generate_series(1, 2000) i) g;
 INSERT INTO wk.ingest (key, version, value, a, b)
 SELECT key, version, value, a, b FROM produced WHERE batch = $1 ORDER BY random();
 COMMIT;
