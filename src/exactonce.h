@@ -271,6 +271,8 @@ extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueHasRows(Pipeline *p, int slotno);
+extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
+					   int64 position, TimestampTz *oldest);
 
 /* state.c */
 extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,

@@ -256,6 +256,58 @@ QueueHasRows(Pipeline *p, int slotno)
 }
 
 /*
+ * QueueDepth counts the rows waiting in the queue (those of the partition
+ * being drained that follow the drain position, and those of the partition
+ * taking inserts) and finds the oldest waiting event_time.  It never waits
+ * for a lock: a partition locked exclusively is being truncated after its
+ * last batch, and counts as empty.
+ */
+int64
+QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation, int64 position,
+		   TimestampTz *oldest)
+{
+	int64		depth = 0;
+
+	*oldest = DT_NOEND;
+	for (int64 r = drain_rotation; r <= rotation; r++)
+	{
+		Oid			relid = p->slots[r % EXACTONCE_SLOTS];
+		int64		from = r == drain_rotation ? position : 0;
+		Relation	rel;
+		Snapshot	snap;
+		ItemPointerData mintid,
+					maxtid;
+		TableScanDesc scan;
+		TupleTableSlot *slot;
+		AttrNumber	attnum;
+
+		if (!ConditionalLockRelationOid(relid, AccessShareLock))
+			continue;
+		rel = table_open(relid, NoLock);
+		attnum = get_attnum(relid, "event_time");
+		snap = RegisterSnapshot(GetLatestSnapshot());
+		ItemPointerSet(&mintid, (BlockNumber) (from >> 16), (OffsetNumber) ((from & 0xFFFF) + 1));
+		ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
+		scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
+		slot = table_slot_create(rel, NULL);
+		while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		{
+			bool		isnull;
+			Datum		t = slot_getattr(slot, attnum, &isnull);
+
+			depth++;
+			if (!isnull)
+				*oldest = Min(*oldest, DatumGetTimestampTz(t));
+		}
+		ExecDropSingleTupleTableSlot(slot);
+		table_endscan(scan);
+		UnregisterSnapshot(snap);
+		table_close(rel, AccessShareLock);
+	}
+	return depth;
+}
+
+/*
  * QueueTruncateSlot empties a drained partition, in this transaction.
  */
 void

@@ -149,25 +149,43 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		{
 			HeapTuple	tup;
 			TupleDesc	desc;
+			Pipeline   *p;
+			int64		depth;
+			TimestampTz oldest;
 
 			SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 								   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-			if (SPI_execute(psprintf("SELECT pr.paused, q.n, q.oldest, now() - q.oldest,"
-									 " pr.ingested, pr.applied, pr.duplicates, pr.stale,"
-									 " pr.dead_lettered, pr.batches,"
+			p = PipelineLoadById(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)));
+			if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
+									 " dead_lettered, batches,"
 									 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
-									 " pr.last_batch_at"
-									 " FROM %s.progress pr,"
-									 " (SELECT count(*) AS n, min(event_time) AS oldest FROM %s.ingest) q",
-									 s, s, s), true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+									 " last_batch_at, rotation, drain_rotation, drain_position"
+									 " FROM %s.progress", s, s), true, 1) != SPI_OK_SELECT ||
+				SPI_processed != 1)
 				elog(ERROR, "could not read progress of pipeline \"%s\"", name);
-			SetUserIdAndSecContext(save_userid, save_sec);
 			tup = SPI_tuptable->vals[0];
 			desc = SPI_tuptable->tupdesc;
-			for (int c = 0; c < 12; c++)
+			depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
+							   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
+							   DatumGetInt64(SPI_getbinval(tup, desc, 12, &isnull)), &oldest);
+			SetUserIdAndSecContext(save_userid, save_sec);
+
+			values[4] = SPI_getbinval(tup, desc, 1, &isnull);
+			nulls[4] = false;
+			values[5] = Int64GetDatum(depth);
+			nulls[5] = false;
+			if (oldest != DT_NOEND)
 			{
-				values[4 + c] = SPI_getbinval(tup, desc, c + 1, &isnull);
-				nulls[4 + c] = isnull;
+				values[6] = TimestampTzGetDatum(oldest);
+				values[7] = DirectFunctionCall2(timestamp_mi,
+												TimestampTzGetDatum(GetCurrentTimestamp()),
+												TimestampTzGetDatum(oldest));
+				nulls[6] = nulls[7] = false;
+			}
+			for (int c = 0; c < 8; c++)
+			{
+				values[8 + c] = SPI_getbinval(tup, desc, c + 2, &isnull);
+				nulls[8 + c] = isnull;
 			}
 		}
 		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
