@@ -35,3 +35,6 @@ include $(PGXS)
 
 $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
 	cp $< $@
+
+# every object depends on the shared header (PGXS tracks no dependencies)
+$(OBJS): src/exactonce.h

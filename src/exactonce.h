@@ -35,7 +35,7 @@
 #define EXACTONCE_SOURCE_QUEUE		"queue"
 #define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
 #define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */
-#define EXACTONCE_LATENCY_SAMPLES	32	/* batches per pipeline for latency */
+#define EXACTONCE_LATENCY_SAMPLES	100	/* batches per pipeline for latency */
 
 /* SQLSTATE of injected faults, so retry logic can tell them from bad data */
 #define ERRCODE_EXACTONCE_INJECTED_FAULT	MAKE_SQLSTATE('E','O','0','0','1')

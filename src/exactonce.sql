@@ -25,6 +25,7 @@ COMMENT ON TABLE exactonce.pipeline IS
 
 SELECT pg_catalog.pg_extension_config_dump('exactonce.pipeline', '');
 SELECT pg_catalog.pg_extension_config_dump('exactonce.pipeline_id_seq', '');
+COMMENT ON SEQUENCE exactonce.pipeline_id_seq IS 'exactonce: ids of pipelines, never reused';
 
 GRANT SELECT ON exactonce.pipeline TO PUBLIC;
 GRANT USAGE ON SCHEMA exactonce TO PUBLIC;
@@ -148,7 +149,7 @@ CREATE FUNCTION exactonce.pipeline_stats(
 	OUT worker_pid integer,
 	OUT worker_state text,
 	OUT latency_p50 interval,
-	OUT latency_max interval,
+	OUT latency_p99 interval,
 	OUT last_error text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'exactonce_pipeline_stats'
@@ -159,6 +160,6 @@ COMMENT ON FUNCTION exactonce.pipeline_stats() IS
 CREATE VIEW exactonce.pipelines AS
 	SELECT * FROM exactonce.pipeline_stats();
 COMMENT ON VIEW exactonce.pipelines IS
-	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid and state, insert-to-aggregate latency of the last batches, last error';
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid and state, insert-to-aggregate latency p50 and p99 of the last 100 batches, last error';
 
 GRANT SELECT ON exactonce.pipelines TO PUBLIC;

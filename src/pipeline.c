@@ -200,7 +200,9 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
 					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
 	appendStringInfo(&sql, "CREATE TRIGGER wake AFTER INSERT ON %s.ingest"
-					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n", s);
+					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n"
+					 "COMMENT ON TRIGGER wake ON %s.ingest IS 'exactonce: wakes the background workers';\n",
+					 s, s);
 	appendStringInfo(&sql, "COMMENT ON TABLE %s.ingest IS 'exactonce: the queue; INSERT or COPY events here';\n"
 					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n",
 					 s, s);
@@ -245,8 +247,9 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 	for (int i = 0; i < ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(dims[i]));
 	appendStringInfo(&sql, ") NULLS NOT DISTINCT;\n"
+					 "COMMENT ON INDEX %s.aggregates_cell IS 'exactonce: a cell is its level and dimension values';\n"
 					 "COMMENT ON TABLE %s.aggregates IS 'exactonce: one row per non-empty rollup cell (level k groups by the first k dimensions)';\n",
-					 s);
+					 s, s);
 
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
@@ -263,8 +266,10 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[]);\n"
 					 "CREATE INDEX ledger_staged ON %s.ledger (staged_at) WHERE applied_at IS NULL;\n"
 					 "CREATE INDEX ledger_source ON %s.ledger (source, position) WHERE applied_at IS NOT NULL;\n"
-					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n",
-					 s, s, s, s);
+					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n"
+					 "COMMENT ON INDEX %s.ledger_staged IS 'exactonce: the staged batches, for reduce';\n"
+					 "COMMENT ON INDEX %s.ledger_source IS 'exactonce: applied tokens by source position, for release';\n",
+					 s, s, s, s, s, s);
 	return sql.data;
 }
 

@@ -52,7 +52,7 @@ MsInterval(double ms)
 }
 
 /*
- * WorkerColumns fills worker_pid, worker_state, latency_p50, latency_max and
+ * WorkerColumns fills worker_pid, worker_state, latency_p50, latency_p99 and
  * last_error of a pipeline from the slot of the worker that serves it.
  */
 static void
@@ -92,8 +92,8 @@ WorkerColumns(int32 id, bool paused, Datum *values, bool *nulls)
 
 			memcpy(sorted, st->latency_ms, sizeof(double) * st->nlatency);
 			qsort(sorted, st->nlatency, sizeof(double), DoubleCmp);
-			values[2] = MsInterval(sorted[st->nlatency / 2]);
-			values[3] = MsInterval(sorted[st->nlatency - 1]);
+			values[2] = MsInterval(sorted[(st->nlatency - 1) / 2]);
+			values[3] = MsInterval(sorted[(st->nlatency * 99 + 99) / 100 - 1]);
 			nulls[2] = nulls[3] = false;
 		}
 		if (st && st->failures > 0)

@@ -247,7 +247,7 @@ SELECT 'S', queued, round(coalesce(extract(epoch FROM lag), 0), 1), staged,
        -- columns of versions with background workers
        coalesce(j->>'worker_pid', '-'), coalesce(j->>'worker_state', '-'),
        coalesce(round(extract(epoch FROM (j->>'latency_p50')::interval) * 1000)::text, '-'),
-       coalesce(round(extract(epoch FROM (j->>'latency_max')::interval) * 1000)::text, '-'),
+       coalesce(round(extract(epoch FROM (j->>'latency_p99')::interval) * 1000)::text, '-'),
        coalesce(left(regexp_replace(j->>'last_error', '\s+', ' ', 'g'), 60), '-')
   FROM (SELECT p.*, to_jsonb(p) AS j FROM exactonce.pipelines p) p
  WHERE name = '$PIPELINE';
