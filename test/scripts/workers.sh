@@ -146,6 +146,19 @@ kill -TERM "$pid"
 poll_until $DB "SELECT worker_pid IS NOT NULL AND worker_pid <> $pid FROM exactonce.pipelines WHERE name = 'wk'"
 ok $? "after SIGTERM the launcher restarted the worker"
 
+# 9. dropping and recreating the extension while the workers run
+psql -X -q -d $DB2 >/dev/null 2>&1 <<'SQL'
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('other', true);
+DROP EXTENSION exactonce;
+CREATE EXTENSION exactonce;
+SELECT exactonce.create_pipeline('again', ARRAY['d']);
+INSERT INTO again.ingest (key, version, value, d) SELECT 'k' || i, 1, 3, 'x' FROM generate_series(1, 10) i;
+SQL
+poll_until $DB2 "$(drained again)"
+ok $? "after the extension was dropped and created again, a new pipeline is drained"
+is "$(q $DB2 "SELECT total || '/' || keys FROM again.aggregates WHERE level = 0")" "30/10" "with the exact result"
+
 psql -X -q -d $DB >/dev/null 2>&1 <<'SQL'
 SET client_min_messages = warning;
 SELECT exactonce.drop_pipeline(name, true) FROM exactonce.pipeline;
