@@ -5,9 +5,14 @@
  *
  * The batch is sorted by (key, version, arrival) so that each key's events
  * form one run, handled against the key's state row in memory: one index
- * probe per key to read it, one set-based upsert per batch to write all of
- * them back.  Nothing is written for events that change nothing, so applying
- * the same events again yields no delta.
+ * probe per key reads it, and the new row is written straight to the heap
+ * through the table AM, as an update of the probed tuple (HOT when the page
+ * has room, so the primary key is not touched) or an insert.  The caller
+ * holds the pipeline's progress row lock, so no other writer can move a row
+ * between probe and update; privileges are checked once per batch, since the
+ * executor, which would check them, is not involved.  Nothing is written for
+ * events that change nothing, so applying the same events again yields no
+ * delta.  Triggers on state do not fire: state belongs to the pipeline.
  *
  * latest mode: a key's highest version is its contribution.  Per key the
  * batch collapses to one net change: the cell of the version the key had
@@ -28,11 +33,15 @@
 #include "access/nbtree.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -46,7 +55,9 @@ PG_FUNCTION_INFO_V1(exactonce_state_upsert);
 /* A key's current state, read from its state row or set by this batch. */
 typedef struct KeyState
 {
-	bool		exists;
+	bool		exists;			/* the key has a version */
+	bool		stored;			/* ... and a state row, at tid */
+	ItemPointerData tid;
 	int64		version;
 	/* latest mode */
 	Numeric		value;
@@ -68,7 +79,7 @@ typedef struct StateWork
 	int			ndeltas;
 	DeadLetter *dead;
 	int			ndead;
-	Event	  **rows;			/* the event (or NULL) each new state row came from */
+	text	  **rowkeys;		/* state rows to write: key and new state */
 	KeyState   *rowstates;
 	int			nrows;
 	/* accumulate mode: seen rows to insert */
@@ -85,7 +96,15 @@ typedef struct StateWork
 	Relation	seen_index;
 	IndexScanDesc seen_scan;
 	TupleTableSlot *seen_slot;
-	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];	/* latest: event columns */
+	AttrNumber	col_version;
+	AttrNumber	col_updated;
+	AttrNumber	col_total;		/* accumulate mode */
+	AttrNumber	col_events;
+	AttrNumber	col_first;
+	AttrNumber	col_last;
+	IndexInfo  *index_info;
+	IndexInfo  *seen_index_info;
 } StateWork;
 
 /*
@@ -229,14 +248,14 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 {
 	Pipeline   *p = w->p;
 	TupleTableSlot *slot = Probe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
-	TupleDesc	desc = RelationGetDescr(w->rel);
 	bool		isnull;
 
 	memset(ks, 0, sizeof(KeyState));
 	if (slot == NULL)
 		return;
-	ks->exists = true;
-	ks->version = DatumGetInt64(slot_getattr(slot, ColumnOf(desc, "version"), &isnull));
+	ks->exists = ks->stored = true;
+	ks->tid = slot->tts_tid;
+	ks->version = DatumGetInt64(slot_getattr(slot, w->col_version, &isnull));
 	if (p->mode == PIPELINE_LATEST)
 	{
 		ks->value = DatumGetNumericCopy(slot_getattr(slot, w->attnums[EV_VALUE], &isnull));
@@ -246,10 +265,10 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 	}
 	else
 	{
-		ks->total = DatumGetNumericCopy(slot_getattr(slot, ColumnOf(desc, "total"), &isnull));
-		ks->events = DatumGetInt64(slot_getattr(slot, ColumnOf(desc, "events"), &isnull));
-		ks->first_time = DatumGetTimestampTz(slot_getattr(slot, ColumnOf(desc, "first_event_time"), &isnull));
-		ks->last_time = DatumGetTimestampTz(slot_getattr(slot, ColumnOf(desc, "last_event_time"), &isnull));
+		ks->total = DatumGetNumericCopy(slot_getattr(slot, w->col_total, &isnull));
+		ks->events = DatumGetInt64(slot_getattr(slot, w->col_events, &isnull));
+		ks->first_time = DatumGetTimestampTz(slot_getattr(slot, w->col_first, &isnull));
+		ks->last_time = DatumGetTimestampTz(slot_getattr(slot, w->col_last, &isnull));
 	}
 }
 
@@ -308,7 +327,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	if (!changed)
 		return;
 
-	w->rows[w->nrows] = NULL;
+	w->rowkeys[w->nrows] = run[0]->key;
 	w->rowstates[w->nrows++] = cur;
 	if (before.exists && !before.deleted)
 		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1);
@@ -389,162 +408,133 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 	}
 	if (changed)
 	{
-		w->rows[w->nrows] = run[0];
+		w->rowkeys[w->nrows] = run[0]->key;
 		w->rowstates[w->nrows++] = ks;
 	}
 }
 
 /*
- * BuildStateUpsert: write new state rows from parallel arrays.
- */
-static const char *
-BuildStateUpsert(Pipeline *p)
-{
-	StringInfoData sql;
-	const char *s = quote_identifier(p->name);
-
-	initStringInfo(&sql);
-	if (p->mode == PIPELINE_LATEST)
-	{
-		int			arg = 4;
-
-		appendStringInfo(&sql, "INSERT INTO %s.state AS s (key, version, value", s);
-		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
-		appendStringInfoString(&sql, ", deleted, updated_at) SELECT u.*, now() FROM unnest($1::text[], $2::int8[], $3::numeric[]");
-		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, ", $%d::text[]", arg++);
-		appendStringInfo(&sql, ", $%d::bool[]) AS u ON CONFLICT (key) DO UPDATE SET"
-						 " version = excluded.version, value = excluded.value", arg);
-		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, ", %s = excluded.%s", quote_identifier(p->dims[i]),
-							 quote_identifier(p->dims[i]));
-		appendStringInfoString(&sql, ", deleted = excluded.deleted, updated_at = excluded.updated_at");
-	}
-	else
-		appendStringInfo(&sql, "INSERT INTO %s.state AS s (key, version, total, events,"
-						 " first_event_time, last_event_time, updated_at)"
-						 " SELECT u.*, now() FROM unnest($1::text[], $2::int8[], $3::numeric[],"
-						 " $4::int8[], $5::timestamptz[], $6::timestamptz[]) AS u"
-						 " ON CONFLICT (key) DO UPDATE SET version = excluded.version,"
-						 " total = excluded.total, events = excluded.events,"
-						 " first_event_time = excluded.first_event_time,"
-						 " last_event_time = excluded.last_event_time,"
-						 " updated_at = excluded.updated_at", s);
-	return sql.data;
-}
-
-/*
- * TimestampArray builds a timestamptz[].
- */
-static Datum
-TimestampArray(TimestampTz *elems, int n)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		d[i] = TimestampTzGetDatum(elems[i]);
-	return PointerGetDatum(construct_array(d, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
-/*
- * WriteState upserts the batch's new state rows in one statement.
+ * WriteRow writes one new state row: an update of the probed tuple, or an
+ * insert, and the primary key entry that a non-HOT update or insert needs.
  */
 static void
-WriteState(StateWork *w, text **keys)
+WriteRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks)
 {
-	Pipeline   *p = w->p;
-	int			n = w->nrows;
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + 4];
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + 4];
-	Datum	   *col = palloc(sizeof(Datum) * n);
-	Numeric    *nums = palloc(sizeof(Numeric) * n);
-	int64	   *ints = palloc(sizeof(int64) * n);
-	int			nargs;
+	Datum		keyval = PointerGetDatum(key);
+	bool		keynull = false;
 
-	for (int j = 0; j < n; j++)
-		col[j] = PointerGetDatum(keys[j]);
-	values[0] = TextArray(col, NULL, n);
-	for (int j = 0; j < n; j++)
-		ints[j] = w->rowstates[j].version;
-	values[1] = Int8Array(ints, n);
-	types[0] = TEXTARRAYOID;
-	types[1] = INT8ARRAYOID;
-	types[2] = NUMERICARRAYOID;
-
-	if (p->mode == PIPELINE_LATEST)
+	if (ks->stored)
 	{
-		Datum	   *flags = palloc(sizeof(Datum) * n);
+		bool		update_indexes;
 
-		for (int j = 0; j < n; j++)
-			nums[j] = w->rowstates[j].value;
-		values[2] = NumericArray(nums, n);
-		for (int i = 0; i < p->ndims; i++)
-		{
-			Datum	   *dimcol = palloc(sizeof(Datum) * n);
-
-			for (int j = 0; j < n; j++)
-				dimcol[j] = w->rowstates[j].dims[i];
-			types[3 + i] = TEXTARRAYOID;
-			values[3 + i] = TextArray(dimcol, NULL, n);
-		}
-		for (int j = 0; j < n; j++)
-			flags[j] = BoolGetDatum(w->rowstates[j].deleted);
-		types[3 + p->ndims] = BOOLARRAYOID;
-		values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-		nargs = 4 + p->ndims;
+		simple_table_tuple_update(w->rel, &ks->tid, slot, GetActiveSnapshot(), &update_indexes);
+		if (update_indexes)
+			index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
+						 UNIQUE_CHECK_NO, true, w->index_info);
 	}
 	else
 	{
-		TimestampTz *t1 = palloc(sizeof(TimestampTz) * n);
-		TimestampTz *t2 = palloc(sizeof(TimestampTz) * n);
-
-		for (int j = 0; j < n; j++)
-		{
-			nums[j] = w->rowstates[j].total;
-			ints[j] = w->rowstates[j].events;
-			t1[j] = w->rowstates[j].first_time;
-			t2[j] = w->rowstates[j].last_time;
-		}
-		values[2] = NumericArray(nums, n);
-		values[3] = Int8Array(ints, n);
-		values[4] = TimestampArray(t1, n);
-		values[5] = TimestampArray(t2, n);
-		types[3] = INT8ARRAYOID;
-		types[4] = TIMESTAMPTZARRAYOID;
-		types[5] = TIMESTAMPTZARRAYOID;
-		nargs = 6;
+		simple_table_tuple_insert(w->rel, slot);
+		index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
+					 UNIQUE_CHECK_YES, false, w->index_info);
 	}
-	SpiExec(SpiPlan(p, PLAN_STATE_UPSERT, BuildStateUpsert, nargs, types), values, NULL, n);
 }
 
 /*
- * BuildSeenInsert: remember applied (key, version) pairs.
+ * SetColumn sets one column of a virtual tuple being built.
  */
-static const char *
-BuildSeenInsert(Pipeline *p)
+static inline void
+SetColumn(TupleTableSlot *slot, AttrNumber attnum, Datum value)
 {
-	return psprintf("INSERT INTO %s.seen (key, version, digest)"
-					" SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[])",
-					quote_identifier(p->name));
+	slot->tts_values[attnum - 1] = value;
+	slot->tts_isnull[attnum - 1] = false;
 }
 
 /*
- * WriteSeen inserts the batch's new seen rows in one statement.
+ * WriteState writes the batch's new state rows.
+ */
+static void
+WriteState(StateWork *w)
+{
+	Pipeline   *p = w->p;
+	TupleTableSlot *slot = table_slot_create(w->rel, NULL);
+	TupleDesc	desc = RelationGetDescr(w->rel);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	for (int j = 0; j < w->nrows; j++)
+	{
+		KeyState   *ks = &w->rowstates[j];
+
+		ExecClearTuple(slot);
+		memset(slot->tts_isnull, true, sizeof(bool) * desc->natts);
+		SetColumn(slot, w->attnums[EV_KEY], PointerGetDatum(w->rowkeys[j]));
+		SetColumn(slot, w->col_version, Int64GetDatum(ks->version));
+		SetColumn(slot, w->col_updated, TimestampTzGetDatum(now));
+		if (p->mode == PIPELINE_LATEST)
+		{
+			SetColumn(slot, w->attnums[EV_VALUE], NumericGetDatum(ks->value));
+			SetColumn(slot, w->attnums[EV_DELETED], BoolGetDatum(ks->deleted));
+			for (int i = 0; i < p->ndims; i++)
+				SetColumn(slot, w->attnums[EV_DIM0 + i], ks->dims[i]);
+		}
+		else
+		{
+			SetColumn(slot, w->col_total, NumericGetDatum(ks->total));
+			SetColumn(slot, w->col_events, Int64GetDatum(ks->events));
+			SetColumn(slot, w->col_first, TimestampTzGetDatum(ks->first_time));
+			SetColumn(slot, w->col_last, TimestampTzGetDatum(ks->last_time));
+		}
+		ExecStoreVirtualTuple(slot);
+		WriteRow(w, slot, w->rowkeys[j], ks);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/*
+ * WriteSeen inserts the batch's new seen rows, with their index entries.
  */
 static void
 WriteSeen(StateWork *w)
 {
-	Oid			types[3] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
-	Datum		values[3];
-	Datum	   *col = palloc(sizeof(Datum) * Max(w->nseen, 1));
+	TupleTableSlot *slot = table_slot_create(w->seen_rel, NULL);
 
 	for (int j = 0; j < w->nseen; j++)
-		col[j] = PointerGetDatum(w->seen_keys[j]);
-	values[0] = TextArray(col, NULL, w->nseen);
-	values[1] = Int8Array(w->seen_versions, w->nseen);
-	values[2] = Int8Array(w->seen_digests, w->nseen);
-	SpiExec(SpiPlan(w->p, PLAN_SEEN_INSERT, BuildSeenInsert, 3, types), values, NULL, w->nseen);
+	{
+		Datum		keyvals[2];
+		bool		keynulls[2] = {false, false};
+
+		ExecClearTuple(slot);
+		slot->tts_values[0] = keyvals[0] = PointerGetDatum(w->seen_keys[j]);
+		slot->tts_values[1] = keyvals[1] = Int64GetDatum(w->seen_versions[j]);
+		slot->tts_values[2] = Int64GetDatum(w->seen_digests[j]);
+		memset(slot->tts_isnull, false, sizeof(bool) * 3);
+		ExecStoreVirtualTuple(slot);
+		simple_table_tuple_insert(w->seen_rel, slot);
+		index_insert(w->seen_index, keyvals, keynulls, &slot->tts_tid, w->seen_rel,
+					 UNIQUE_CHECK_YES, false, w->seen_index_info);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/*
+ * CheckRights insists that the current role may do to a relation what the
+ * stage is about to do to it directly.
+ */
+static void
+CheckRights(Oid relid, AclMode modes)
+{
+	static const AclMode each[3] = {ACL_SELECT, ACL_INSERT, ACL_UPDATE};
+
+	for (int i = 0; i < 3; i++)
+	{
+		AclResult	r;
+
+		if (!(modes & each[i]))
+			continue;
+		r = pg_class_aclcheck(relid, GetUserId(), each[i]);
+		if (r != ACLCHECK_OK)
+			aclcheck_error(r, OBJECT_TABLE, get_rel_name(relid));
+	}
 }
 
 /*
@@ -573,15 +563,30 @@ OpenProbes(StateWork *w, Snapshot snap)
 {
 	Pipeline   *p = w->p;
 
+	TupleDesc	desc;
+
+	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
 	w->rel = table_open(p->state, RowExclusiveLock);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
+	w->index_info = BuildIndexInfo(w->index);
 	w->scan = index_beginscan(w->rel, w->index, snap, 1, 0);
 	w->slot = table_slot_create(w->rel, NULL);
-	EventAttnums(p, RelationGetDescr(w->rel), w->attnums);
-	if (p->mode == PIPELINE_ACCUMULATE)
+	desc = RelationGetDescr(w->rel);
+	w->col_version = ColumnOf(desc, "version");
+	w->col_updated = ColumnOf(desc, "updated_at");
+	if (p->mode == PIPELINE_LATEST)
+		EventAttnums(p, desc, w->attnums);
+	else
 	{
+		w->attnums[EV_KEY] = ColumnOf(desc, "key");
+		w->col_total = ColumnOf(desc, "total");
+		w->col_events = ColumnOf(desc, "events");
+		w->col_first = ColumnOf(desc, "first_event_time");
+		w->col_last = ColumnOf(desc, "last_event_time");
+		CheckRights(p->seen, ACL_SELECT | ACL_INSERT);
 		w->seen_rel = table_open(p->seen, RowExclusiveLock);
 		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
+		w->seen_index_info = BuildIndexInfo(w->seen_index);
 		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);
 		w->seen_slot = table_slot_create(w->seen_rel, NULL);
 	}
@@ -616,7 +621,6 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 {
 	StateWork	w = {0};
 	Event	  **sorted = palloc(sizeof(Event *) * Max(n, 1));
-	text	  **rowkeys;
 	int			nvalid = 0;
 	Snapshot	snap;
 
@@ -624,9 +628,8 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	w.counts = counts;
 	w.deltas = palloc(sizeof(Delta) * Max(2 * n, 1));
 	w.dead = palloc(sizeof(DeadLetter) * Max(n, 1));
-	w.rows = palloc(sizeof(Event *) * Max(n, 1));
+	w.rowkeys = palloc(sizeof(text *) * Max(n, 1));
 	w.rowstates = palloc(sizeof(KeyState) * Max(n, 1));
-	rowkeys = palloc(sizeof(text *) * Max(n, 1));
 	if (p->mode == PIPELINE_ACCUMULATE)
 	{
 		w.seen_keys = palloc(sizeof(text *) * Max(n, 1));
@@ -648,7 +651,6 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	for (int i = 0; i < nvalid;)
 	{
 		int			j = i + 1;
-		int			before = w.nrows;
 
 		while (j < nvalid && TextCmp(sorted[j]->key, sorted[i]->key) == 0)
 			j++;
@@ -656,17 +658,14 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 			ApplyLatest(&w, &sorted[i], j - i);
 		else
 			ApplyAccumulate(&w, &sorted[i], j - i);
-		if (w.nrows > before)
-			rowkeys[before] = sorted[i]->key;
 		i = j;
 	}
-	CloseProbes(&w);
-	UnregisterSnapshot(snap);
-
-	if (w.nrows > 0)
-		WriteState(&w, rowkeys);
+	WriteState(&w);
 	if (w.nseen > 0)
 		WriteSeen(&w);
+	CloseProbes(&w);
+	UnregisterSnapshot(snap);
+	CommandCounterIncrement();
 	DeadLettersInsert(p, w.dead, w.ndead);
 
 	FaultMaybeFail("state", exactonce_fault_state);
