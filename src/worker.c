@@ -314,6 +314,10 @@ StepPipeline(int32 id)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+
+	/* a worker has no idle loop that reports statistics: without them
+	 * autovacuum would never learn about the dead rows in state */
+	pgstat_report_stat(false);
 	return r;
 }
 
