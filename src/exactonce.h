@@ -22,6 +22,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/fmgrprotos.h"
@@ -196,9 +197,19 @@ typedef struct WorkerSlot
 	PipelineStat pipes[EXACTONCE_WORKER_PIPELINES];
 } WorkerSlot;
 
+/* stages that faults can be injected into, indexes of ExactonceShared->faults */
+typedef enum FaultStage
+{
+	FAULT_STATE,
+	FAULT_MAP,
+	FAULT_REDUCE,
+	FAULT_STAGES
+} FaultStage;
+
 typedef struct ExactonceShared
 {
 	LWLock	   *lock;
+	pg_atomic_uint64 faults[FAULT_STAGES];	/* injected since server start */
 	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } ExactonceShared;
 
@@ -301,7 +312,7 @@ extern DrainResult DrainStep(Pipeline *p);
 
 /* fault.c */
 extern void FaultInit(void);
-extern void FaultMaybeFail(const char *stage, double probability);
+extern void FaultMaybeFail(FaultStage stage, double probability);
 extern void FaultPoison(text *key);
 
 #endif							/* EXACTONCE_H */

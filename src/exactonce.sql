@@ -95,6 +95,13 @@ LANGUAGE C;
 COMMENT ON FUNCTION exactonce.wake() IS
 	'statement trigger on each ingest queue: wakes the background workers of this database';
 
+CREATE FUNCTION exactonce.faults_injected(OUT stage text, OUT injected bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'exactonce_faults_injected'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.faults_injected() IS
+	'failures injected per stage since the server started (exactonce.fault_* settings); NULL when not preloaded';
+
 /* The three stages */
 
 CREATE FUNCTION exactonce.state_upsert(pipeline text, events anyarray)

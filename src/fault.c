@@ -14,7 +14,12 @@
 #include "exactonce.h"
 
 #include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+
+PG_FUNCTION_INFO_V1(exactonce_faults_injected);
 
 double		exactonce_fault_state = 0.0;
 double		exactonce_fault_map = 0.0;
@@ -74,17 +79,45 @@ FaultPoison(text *key)
 				 errmsg("injected poison event with key \"%s\"", exactonce_fault_poison_key)));
 }
 
+static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce"};
+
 /*
- * FaultMaybeFail raises an injected failure with the given probability.
+ * FaultMaybeFail raises an injected failure with the given probability, and
+ * counts it.
  */
 void
-FaultMaybeFail(const char *stage, double probability)
+FaultMaybeFail(FaultStage stage, double probability)
 {
 	if (probability <= 0.0)
 		return;
-	if (pg_prng_double(&pg_global_prng_state) < probability)
-		ereport(ERROR,
-				(errcode(ERRCODE_EXACTONCE_INJECTED_FAULT),
-				 errmsg("injected failure in %s stage", stage),
-				 errdetail("exactonce.fault_%s is %g.", stage, probability)));
+	if (pg_prng_double(&pg_global_prng_state) >= probability)
+		return;
+	if (exactonce_shared != NULL)
+		pg_atomic_fetch_add_u64(&exactonce_shared->faults[stage], 1);
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_INJECTED_FAULT),
+			 errmsg("injected failure in %s stage", stage_names[stage]),
+			 errdetail("exactonce.fault_%s is %g.", stage_names[stage], probability)));
+}
+
+/*
+ * exactonce_faults_injected returns how many failures each stage has had
+ * injected since the server started (NULL without shared_preload_libraries).
+ */
+Datum
+exactonce_faults_injected(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < FAULT_STAGES; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, exactonce_shared == NULL};
+
+		values[0] = CStringGetTextDatum(stage_names[i]);
+		values[1] = exactonce_shared ? Int64GetDatum((int64) pg_atomic_read_u64(&exactonce_shared->faults[i])) : (Datum) 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

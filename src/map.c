@@ -352,7 +352,7 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 	SpiExec(SpiPlan(p, PLAN_LEDGER_STAGE, BuildLedgerStage, 8, types), values, nulls, -1);
 	hash_destroy(cells);
 
-	FaultMaybeFail("map", exactonce_fault_map);
+	FaultMaybeFail(FAULT_MAP, exactonce_fault_map);
 	return true;
 }
 

@@ -227,7 +227,7 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 	SpiExec(SpiPlan(p, PLAN_LEDGER_APPLIED, BuildLedgerApplied, 1, types), values, NULL, napplied);
 	hash_destroy(cells);
 
-	FaultMaybeFail("reduce", exactonce_fault_reduce);
+	FaultMaybeFail(FAULT_REDUCE, exactonce_fault_reduce);
 	return napplied;
 }
 

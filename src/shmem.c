@@ -72,6 +72,8 @@ ShmemStartup(void)
 	{
 		memset(exactonce_shared, 0, SharedSize());
 		exactonce_shared->lock = &(GetNamedLWLockTranche("exactonce"))->lock;
+		for (int i = 0; i < FAULT_STAGES; i++)
+			pg_atomic_init_u64(&exactonce_shared->faults[i], 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

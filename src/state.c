@@ -668,7 +668,7 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	CommandCounterIncrement();
 	DeadLettersInsert(p, w.dead, w.ndead);
 
-	FaultMaybeFail("state", exactonce_fault_state);
+	FaultMaybeFail(FAULT_STATE, exactonce_fault_state);
 	*ndeltas = w.ndeltas;
 	return w.deltas;
 }
