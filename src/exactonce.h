@@ -33,6 +33,7 @@
 #define EXACTONCE_MAX_DIMENSIONS	16
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
+#define EXACTONCE_MAX_MAGNITUDE		1000	/* values must be below 1e1000 */
 #define EXACTONCE_SOURCE_QUEUE		"queue"
 #define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
 #define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */

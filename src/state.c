@@ -46,6 +46,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
@@ -538,6 +539,31 @@ CheckRights(Oid relid, AclMode modes)
 }
 
 /*
+ * TooLarge tells whether a value is so large that sums of it could overflow
+ * numeric (about 1e131072): a sum that fails in reduce would block the
+ * pipeline for good, so such values are refused here, one by one.
+ */
+static bool
+TooLarge(Numeric value)
+{
+	static Numeric limit = NULL;
+	Numeric		magnitude = DatumGetNumeric(DirectFunctionCall1(numeric_abs, NumericGetDatum(value)));
+
+	if (limit == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		limit = DatumGetNumeric(DirectFunctionCall3(numeric_in,
+													CStringGetDatum("1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE)),
+													ObjectIdGetDatum(InvalidOid),
+													Int32GetDatum(-1)));
+		MemoryContextSwitchTo(old);
+	}
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(magnitude),
+											 NumericGetDatum(limit))) >= 0;
+}
+
+/*
  * Validate sends events that no state can take to dead letters; it returns
  * false for those.
  */
@@ -548,6 +574,8 @@ Validate(StateWork *w, Event *ev)
 		AddDead(w, ev, pstrdup("value is NaN"));
 	else if (numeric_is_inf(ev->value))
 		AddDead(w, ev, pstrdup("value is infinite"));
+	else if (TooLarge(ev->value))
+		AddDead(w, ev, pstrdup("value is 1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude"));
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
