@@ -113,7 +113,7 @@ COMMENT ON FUNCTION exactonce.state_upsert(text, anyarray) IS
 
 CREATE FUNCTION exactonce.map_stage(pipeline text, deltas exactonce.delta[],
 									source text DEFAULT NULL,
-									"position" bigint DEFAULT NULL)
+									source_position bigint DEFAULT NULL)
 RETURNS bytea
 AS 'MODULE_PATHNAME', 'exactonce_map_stage'
 LANGUAGE C VOLATILE;
@@ -127,12 +127,12 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.reduce_apply(text, bytea[]) IS
 	'stage 3: apply staged batches (all, or the given tokens) to aggregates in this transaction and mark them applied in the ledger; returns how many were applied';
 
-CREATE FUNCTION exactonce.release(pipeline text, source text, "position" bigint)
+CREATE FUNCTION exactonce.release(pipeline text, source text, source_position bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'exactonce_release'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION exactonce.release(text, text, bigint) IS
-	'forget applied ledger tokens that an external consumer staged from source at or below position; returns how many were forgotten';
+	'forget applied ledger tokens that an external consumer staged from source at or below source_position, or without a position; returns how many were forgotten';
 
 /* Monitoring */
 
