@@ -534,13 +534,14 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	{
 		int64		queued,
 					staged;
+		bool		isnull;
 
 		if (SPI_execute(psprintf("SELECT (SELECT pg_catalog.count(*) FROM %s.ingest),"
 								 " (SELECT pg_catalog.count(*) FROM %s.ledger WHERE applied_at IS NULL)",
 								 quote_identifier(name), quote_identifier(name)), true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not count the queue of pipeline \"%s\"", name);
-		queued = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &paused));
-		staged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &paused));
+		queued = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		staged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		if (queued > 0 || staged > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

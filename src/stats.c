@@ -7,8 +7,10 @@
  * Counters live in each pipeline's progress row and move in the transaction
  * that does the work, so they survive restarts and crashes and always obey
  * ingested = applied + duplicates + stale + dead_lettered.  The view reads
- * them as the extension's owner, so that any role can monitor every pipeline
- * (as pg_stat_user_tables lets it) without rights on the pipelines' tables.
+ * them, with a fixed query, as the bootstrap superuser, so that any role can
+ * monitor every pipeline (as pg_stat_user_tables lets it) without rights on
+ * the pipelines' tables.  The queue is counted without waiting for locks
+ * (QueueDepth), so the view never waits behind a drain.
  *
  *-------------------------------------------------------------------------
  */
