@@ -17,7 +17,9 @@ OBJS = \
 	src/fault.o \
 	src/stats.o \
 	src/shmem.o \
-	src/worker.o
+	src/worker.o \
+	src/once.o \
+	src/offsets.o
 
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql

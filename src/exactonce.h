@@ -22,6 +22,8 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -245,6 +247,13 @@ extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation, int64 drain_position);
 extern void ProgressRotate(Pipeline *p);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
+extern SPIPlanPtr SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types);
+extern Oid	ExtensionTableOwner(const char *relname);
+extern void SpiExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
+					  bool read_only, int expected);
+extern void AppendEventColumns(StringInfo sql, Pipeline *p, const char *prefix);
+extern void AppendEventUnnest(StringInfo sql, Pipeline *p, int extra);
+extern void EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types);
 
 /* plan slots for SpiPlan */
 enum
@@ -253,6 +262,7 @@ enum
 	PLAN_PROGRESS_ADD,
 	PLAN_PROGRESS_ROTATE,
 	PLAN_DEAD_LETTER,
+	PLAN_QUEUE_INSERT,
 	PLAN_LEDGER_STAGE,
 	PLAN_LEDGER_PENDING,
 	PLAN_LEDGER_PENDING_TOKENS,
@@ -285,6 +295,7 @@ extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 					   int64 position, TimestampTz *oldest);
 
 /* state.c */
+extern Event *EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents);
 extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
 						 StageCounts *counts);
 
@@ -315,5 +326,8 @@ extern DrainResult DrainStep(Pipeline *p);
 extern void FaultInit(void);
 extern void FaultMaybeFail(FaultStage stage, double probability);
 extern void FaultPoison(text *key);
+
+/* once.c */
+#define ERRCODE_EXACTONCE_TOKEN_MISMATCH	MAKE_SQLSTATE('E','O','0','0','2')	/* token reused with another payload */
 
 #endif							/* EXACTONCE_H */

@@ -274,41 +274,18 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 }
 
 /*
- * ExtensionOwner returns the role that owns the exactonce extension.
- */
-static Oid
-ExtensionOwner(void)
-{
-	int			rc;
-	bool		isnull;
-	Datum		d;
-
-	rc = SPI_execute("SELECT extowner FROM pg_catalog.pg_extension"
-					 " WHERE extname OPERATOR(pg_catalog.=) 'exactonce'", true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "exactonce extension not found");
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return DatumGetObjectId(d);
-}
-
-/*
  * RegistryExec runs one statement on exactonce.pipeline as the extension's
  * owner: pipeline owners may change their own pipelines, not the registry.
  */
 static void
 RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected)
 {
-	Oid			save_userid;
-	int			save_sec;
-	int			rc;
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
 
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(ExtensionOwner(),
-						   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-	SetUserIdAndSecContext(save_userid, save_sec);
-	if (rc < 0 || (expected >= 0 && SPI_processed != (uint64) expected))
-		elog(ERROR, "exactonce registry update failed: %s", sql);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	SpiExecAs(ExtensionTableOwner("pipeline"), plan, values, NULL, false, expected);
+	SPI_freeplan(plan);
 }
 
 /*

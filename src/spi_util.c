@@ -14,13 +14,19 @@
  */
 #include "exactonce.h"
 
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "access/htup_details.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 /* Plans are kept per schema and id: a pipeline recreated under the same
  * name, or after the extension was recreated, gets plans of its own. */
@@ -113,6 +119,77 @@ SpiExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
 	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
 
+	if (rc < 0)
+		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
+	if (expected >= 0 && SPI_processed != (uint64) expected)
+		elog(ERROR, "exactonce statement touched " UINT64_FORMAT " rows, expected %d",
+			 SPI_processed, expected);
+}
+
+/*
+ * SpiKeepPlan returns *cache, preparing and keeping sql the first time.  The
+ * statement must be schema-qualified: it is parsed with the search_path the
+ * caller pinned.
+ */
+SPIPlanPtr
+SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		*cache = plan;
+	}
+	return *cache;
+}
+
+/*
+ * ExtensionTableOwner returns the owner of table exactonce.<relname>, the
+ * role the extension's own statements run as.
+ */
+Oid
+ExtensionTableOwner(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, get_namespace_oid("exactonce", false));
+	HeapTuple	tup;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"exactonce.%s\" does not exist", relname),
+				 errdetail("The installed extension script predates the shared library."),
+				 errhint("Recreate the extension: DROP EXTENSION exactonce; CREATE EXTENSION exactonce.")));
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * SpiExecAs runs a kept plan as role, in a security-restricted context, and
+ * checks that it touched "expected" rows (-1: any number).  The caller has
+ * pinned the search_path and checked that its own role may do this.
+ */
+void
+SpiExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
+		  bool read_only, int expected)
+{
+	Oid			save_userid;
+	int			save_sec;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_plan(plan, values, nulls, read_only, 0);
+	SetUserIdAndSecContext(save_userid, save_sec);
 	if (rc < 0)
 		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
 	if (expected >= 0 && SPI_processed != (uint64) expected)
@@ -256,23 +333,92 @@ ProgressRotate(Pipeline *p)
 }
 
 /*
+ * AppendEventColumns appends the event columns of p, comma separated, each
+ * after prefix: key, version, value, the dimensions, deleted, event_time.
+ */
+void
+AppendEventColumns(StringInfo sql, Pipeline *p, const char *prefix)
+{
+	appendStringInfo(sql, "%skey, %sversion, %svalue", prefix, prefix, prefix);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, ", %s%s", prefix, quote_identifier(p->dims[i]));
+	appendStringInfo(sql, ", %sdeleted, %sevent_time", prefix, prefix);
+}
+
+/*
+ * AppendEventUnnest appends unnest() over the parameters EventArrays fills,
+ * numbered from 1, and over "extra" more text[] parameters after them.
+ */
+void
+AppendEventUnnest(StringInfo sql, Pipeline *p, int extra)
+{
+	int			arg = 4;
+
+	appendStringInfoString(sql, "unnest($1::text[], $2::int8[], $3::numeric[]");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, ", $%d::text[]", arg++);
+	appendStringInfo(sql, ", $%d::bool[], $%d::timestamptz[]", arg, arg + 1);
+	for (int i = 0; i < extra; i++)
+		appendStringInfo(sql, ", $%d::text[]", arg + 2 + i);
+	appendStringInfoChar(sql, ')');
+}
+
+/*
+ * EventArrays fills values and types with one array parameter per event
+ * column (EV_NATTS(p) of them), in the order of AppendEventColumns.
+ */
+void
+EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
+{
+	Datum	   *col = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *flags = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *times = palloc(sizeof(Datum) * Max(n, 1));
+	int64	   *versions = palloc(sizeof(int64) * Max(n, 1));
+	Numeric    *nums = palloc(sizeof(Numeric) * Max(n, 1));
+
+	for (int j = 0; j < n; j++)
+	{
+		col[j] = PointerGetDatum(events[j]->key);
+		versions[j] = events[j]->version;
+		nums[j] = events[j]->value;
+		flags[j] = BoolGetDatum(events[j]->deleted);
+		times[j] = TimestampTzGetDatum(events[j]->event_time);
+	}
+	values[0] = TextArray(col, NULL, n);
+	values[1] = Int8Array(versions, n);
+	values[2] = NumericArray(nums, n);
+	types[0] = TEXTARRAYOID;
+	types[1] = INT8ARRAYOID;
+	types[2] = NUMERICARRAYOID;
+	for (int i = 0; i < p->ndims; i++)
+	{
+		Datum	   *dimcol = palloc(sizeof(Datum) * Max(n, 1));
+
+		for (int j = 0; j < n; j++)
+			dimcol[j] = events[j]->dims[i];
+		values[3 + i] = TextArray(dimcol, NULL, n);
+		types[3 + i] = TEXTARRAYOID;
+	}
+	values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	types[3 + p->ndims] = BOOLARRAYOID;
+	values[4 + p->ndims] = PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
+														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	types[4 + p->ndims] = TIMESTAMPTZARRAYOID;
+}
+
+/*
  * BuildDeadLetter: insert a batch of dead letters from parallel arrays.
  */
 static const char *
 BuildDeadLetter(Pipeline *p)
 {
 	StringInfoData sql;
-	int			arg = 1;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s.dead_letters (key, version, value", quote_identifier(p->name));
-	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
-	appendStringInfoString(&sql, ", deleted, event_time, reason) SELECT * FROM unnest($1::text[], $2::int8[], $3::numeric[]");
-	arg = 4;
-	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, ", $%d::text[]", arg++);
-	appendStringInfo(&sql, ", $%d::bool[], $%d::timestamptz[], $%d::text[])", arg, arg + 1, arg + 2);
+	appendStringInfo(&sql, "INSERT INTO %s.dead_letters (", quote_identifier(p->name));
+	AppendEventColumns(&sql, p, "");
+	appendStringInfoString(&sql, ", reason) SELECT * FROM ");
+	AppendEventUnnest(&sql, p, 1);
 	return sql.data;
 }
 
@@ -282,58 +428,23 @@ BuildDeadLetter(Pipeline *p)
 void
 DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n)
 {
-	int			nargs = p->ndims + 6;
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + 6];
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + 6];
-	Datum	   *keys,
-			   *reasons,
-			   *col,
-			   *flags,
-			   *times;
-	int64	   *versions;
-	Numeric    *nums;
-	SPIPlanPtr	plan;
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + EV_DIM0 + 1];
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + EV_DIM0 + 1];
+	Event	  **events;
+	Datum	   *reasons;
 
 	if (n == 0)
 		return;
-	types[0] = TEXTARRAYOID;
-	types[1] = INT8ARRAYOID;
-	types[2] = NUMERICARRAYOID;
-	for (int i = 0; i < p->ndims; i++)
-		types[3 + i] = TEXTARRAYOID;
-	types[3 + p->ndims] = BOOLARRAYOID;
-	types[4 + p->ndims] = TIMESTAMPTZARRAYOID;
-	types[5 + p->ndims] = TEXTARRAYOID;
-	plan = SpiPlan(p, PLAN_DEAD_LETTER, BuildDeadLetter, nargs, types);
-
-	keys = palloc(sizeof(Datum) * n);
+	events = palloc(sizeof(Event *) * n);
 	reasons = palloc(sizeof(Datum) * n);
-	flags = palloc(sizeof(Datum) * n);
-	times = palloc(sizeof(Datum) * n);
-	versions = palloc(sizeof(int64) * n);
-	nums = palloc(sizeof(Numeric) * n);
 	for (int j = 0; j < n; j++)
 	{
-		keys[j] = PointerGetDatum(dl[j].event->key);
-		versions[j] = dl[j].event->version;
-		nums[j] = dl[j].event->value;
-		flags[j] = BoolGetDatum(dl[j].event->deleted);
-		times[j] = TimestampTzGetDatum(dl[j].event->event_time);
+		events[j] = dl[j].event;
 		reasons[j] = CStringGetTextDatum(dl[j].reason);
 	}
-	values[0] = TextArray(keys, NULL, n);
-	values[1] = Int8Array(versions, n);
-	values[2] = NumericArray(nums, n);
-	col = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < p->ndims; i++)
-	{
-		for (int j = 0; j < n; j++)
-			col[j] = dl[j].event->dims[i];
-		values[3 + i] = TextArray(col, NULL, n);
-	}
-	values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	values[4 + p->ndims] = PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
-														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[5 + p->ndims] = TextArray(reasons, NULL, n);
-	SpiExec(plan, values, NULL, n);
+	EventArrays(p, events, n, values, types);
+	values[EV_NATTS(p)] = TextArray(reasons, NULL, n);
+	types[EV_NATTS(p)] = TEXTARRAYOID;
+	SpiExec(SpiPlan(p, PLAN_DEAD_LETTER, BuildDeadLetter, EV_NATTS(p) + 1, types),
+			values, NULL, n);
 }

@@ -703,9 +703,11 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 
 /*
  * EventsFromArray turns an array of records with the ingest columns into
- * events, raising an error for a record that lacks a required value.
+ * events: key, version, value and the dimensions are required, deleted and
+ * event_time optional, other columns ignored.  A record that lacks a
+ * required value is an error.
  */
-static Event *
+Event *
 EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 {
 	Oid			elemtype = ARR_ELEMTYPE(arr);
@@ -726,6 +728,10 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 				 errmsg("events must be an array of records"),
 				 errhint("Pass records whose columns are named and typed like those of %s.ingest, for example (SELECT array_agg(e) FROM my_events e).",
 						 quote_identifier(p->name))));
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("events must be a one-dimensional array")));
 	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
 	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, &elems, &nulls, &n);
 	events = palloc0(sizeof(Event) * Max(n, 1));
@@ -777,8 +783,8 @@ Datum
 exactonce_state_upsert(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+	char	   *name;
+	ArrayType  *arr;
 	Pipeline   *p;
 	Event	   *events;
 	Delta	   *deltas;
@@ -789,6 +795,12 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 	int64		dummy;
 	bool		paused;
 
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline and events must not be NULL")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	arr = PG_GETARG_ARRAYTYPE_P(1);
 	PipelineRequireReadCommitted("exactonce.state_upsert()");
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

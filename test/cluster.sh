@@ -23,6 +23,10 @@ cmd=$1; dir=$2
 case "$cmd" in
 start)
 	port=$3; shift 3
+	if [ -f "$dir/data/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+		echo "cluster.sh: a server is running in $dir; stop it first (test/cluster.sh stop $dir)" >&2
+		exit 1
+	fi
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	[ "$(id -u)" = 0 ] && chown postgres: "$dir"
