@@ -259,8 +259,9 @@ QueueHasRows(Pipeline *p, int slotno)
  * QueueDepth counts the rows waiting in the queue (those of the partition
  * being drained that follow the drain position, and those of the partition
  * taking inserts) and finds the oldest waiting event_time.  It never waits
- * for a lock: a partition locked exclusively is being truncated after its
- * last batch, and counts as empty.
+ * for a lock: while a partition is locked exclusively (a drain truncating it
+ * after its last batch, until that commits or rolls back) the depth is
+ * unknown and it returns -1.
  */
 int64
 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation, int64 position,
@@ -282,7 +283,7 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation, int64 position,
 		AttrNumber	attnum;
 
 		if (!ConditionalLockRelationOid(relid, AccessShareLock))
-			continue;
+			return -1;
 		rel = table_open(relid, NoLock);
 		attnum = get_attnum(relid, "event_time");
 		snap = RegisterSnapshot(GetLatestSnapshot());

@@ -175,8 +175,8 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 			values[4] = SPI_getbinval(tup, desc, 1, &isnull);
 			nulls[4] = false;
 			values[5] = Int64GetDatum(depth);
-			nulls[5] = false;
-			if (oldest != DT_NOEND)
+			nulls[5] = depth < 0;
+			if (depth >= 0 && oldest != DT_NOEND)
 			{
 				values[6] = TimestampTzGetDatum(oldest);
 				values[7] = DirectFunctionCall2(timestamp_mi,

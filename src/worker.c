@@ -56,6 +56,17 @@ PGDLLEXPORT void exactonce_drain_main(Datum arg);
 static volatile sig_atomic_t terminate = false;
 static WorkerSlot *my_slot = NULL;
 
+/* Backoff of each pipeline this worker serves, whatever their number; the
+ * shared slot mirrors it (and latencies) for the first few, for the view. */
+typedef struct Backoff
+{
+	int32		id;				/* hash key */
+	int			failures;		/* consecutive failed steps */
+	TimestampTz retry_at;		/* no step before this */
+} Backoff;
+
+static HTAB *backoffs = NULL;
+
 /*
  * HandleSigterm asks a drain worker to stop at the next batch boundary.
  */
@@ -208,7 +219,22 @@ exactonce_launcher_main(Datum arg)
 }
 
 /*
- * StatFor returns the slot's statistics entry of a pipeline, making one.
+ * ForgetStats frees the shared statistics entries of pipelines this worker
+ * no longer serves (dropped ones, for instance).
+ */
+static void
+ForgetStats(List *ids)
+{
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < EXACTONCE_WORKER_PIPELINES; i++)
+		if (my_slot->pipes[i].id != 0 && !list_member_int(ids, my_slot->pipes[i].id))
+			memset(&my_slot->pipes[i], 0, sizeof(PipelineStat));
+	LWLockRelease(exactonce_shared->lock);
+}
+
+/*
+ * StatFor returns the slot's statistics entry of a pipeline, making one;
+ * NULL when all are taken.
  */
 static PipelineStat *
 StatFor(int32 id)
@@ -266,6 +292,7 @@ ServedPipelines(void)
 	List	   *mine = NIL;
 	ListCell   *lc;
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("exactonce", true)))
@@ -296,6 +323,7 @@ StepPipeline(int32 id)
 	int			save_sec;
 	int			nestlevel;
 
+	SetCurrentStatementStartTimestamp();	/* now() of the step's transaction */
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
@@ -326,10 +354,16 @@ StepPipeline(int32 id)
  * batch on success, error and backoff on failure.
  */
 static void
-RecordStep(PipelineStat *st, DrainResult *r, ErrorData *err)
+RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
+	if (err == NULL)
+		b->failures = 0;
+	else
+		b->failures++;
+	b->retry_at = err == NULL ? 0 :
+		TimestampTzPlusMilliseconds(now, Min(1000 << Min(b->failures - 1, 6), 60000));
 	if (st == NULL)
 		return;
 	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
@@ -347,10 +381,8 @@ RecordStep(PipelineStat *st, DrainResult *r, ErrorData *err)
 	}
 	else
 	{
-		int			delay = Min(1000 << Min(st->failures, 6), 60000);
-
-		st->failures++;
-		st->retry_at = TimestampTzPlusMilliseconds(now, delay);
+		st->failures = b->failures;
+		st->retry_at = b->retry_at;
 		strlcpy(st->last_error, err->message ? err->message : "unknown error",
 				sizeof(st->last_error));
 	}
@@ -394,20 +426,29 @@ DrainRound(MemoryContext round_cxt)
 	ListCell   *lc;
 	bool		worked = false;
 
+	ForgetStats(ids);
 	foreach(lc, ids)
 	{
 		int32		id = lfirst_int(lc);
 		PipelineStat *st = StatFor(id);
 		DrainResult r = {false, 0, DT_NOEND};
 		ErrorData  *err;
+		Backoff    *b;
+		bool		found;
 
 		if (terminate)
 			break;
-		if (st != NULL && st->retry_at > GetCurrentTimestamp())
+		b = hash_search(backoffs, &id, HASH_ENTER, &found);
+		if (!found)
+		{
+			b->failures = 0;
+			b->retry_at = 0;
+		}
+		if (b->retry_at > GetCurrentTimestamp())
 			continue;
 		SetState(WORKER_DRAINING, id);
 		err = TryStep(id, &r, round_cxt);
-		RecordStep(st, &r, err);
+		RecordStep(b, st, &r, err);
 		worked |= r.worked;
 	}
 	SetState(WORKER_IDLE, 0);
@@ -443,6 +484,13 @@ exactonce_drain_main(Datum arg)
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "exactonce round",
 									  ALLOCSET_DEFAULT_SIZES);
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int32);
+		ctl.entrysize = sizeof(Backoff);
+		backoffs = hash_create("exactonce backoff", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
 	while (!terminate)
 	{
 		bool		worked;

@@ -118,6 +118,7 @@ poll_until $DB "$(drained wk2)"
 ok $? "the batch with the poison event was drained"
 is "$(q $DB "SELECT key || ': ' || reason FROM wk2.dead_letters")" 'poison: error: injected poison event with key "poison"' "the poison event is a dead letter with the error"
 is "$(q $DB "SELECT total || '/' || keys FROM wk2.aggregates WHERE level = 1 AND a = 'a9'")" "99/99" "the rest of its batch was applied"
+is "$(q $DB "SELECT max(updated_at) > min(updated_at) FROM wk2.aggregates WHERE level = 1")" t "each step of a worker has its own now()"
 psql -X -q -d postgres -c "ALTER SYSTEM RESET exactonce.fault_poison_key" -c "SELECT pg_reload_conf()" >/dev/null
 
 # 7. the worker acts as the owner: an owner without rights on its own table fails
