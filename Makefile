@@ -40,3 +40,7 @@ $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
 
 # every object depends on the shared header (PGXS tracks no dependencies)
 $(OBJS): src/exactonce.h
+
+# the benchmark: COPY floor, the naive SQL peer and exactonce on the same events
+bench:
+	bash test/bench/run.sh

@@ -30,6 +30,15 @@
  * with -K each trade's latest version.  A summary goes to stdout as
  * "name value" lines, progress to stderr (at most every half second).
  *
+ * For benchmarks (test/bench/run.sh): --output FILE writes the events to FILE
+ * in COPY text format instead of sending them (no connection is made unless
+ * -T or -K asks for one), --truth-file and --truth-state-file write the truth
+ * to files in COPY text format, --moves F fixes the fraction of events that
+ * are modifications moving their trade, and --batch-log FILE records, per
+ * batch, the events sent so far, the batch's event_time and its commit time.
+ * The same options (seed, counts, fractions, batch size) give the same events
+ * whether they are sent or written, at any rate; only event_time differs.
+ *
  * Build (or "make -C tools"; it needs only libpq, not libm):
  *	 cc -O2 -Wall -Wextra -o tools/producer tools/producer.c \
  *		-I$(pg_config --includedir) -lpq
@@ -362,8 +371,8 @@ Now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* The current time as a timestamptz literal in UTC. */
-static void
+/* The current time as a timestamptz literal in UTC; returns it as Unix time. */
+static double
 FormatEventTime(char *out, size_t size)
 {
 	struct timeval tv;
@@ -374,6 +383,63 @@ FormatEventTime(char *out, size_t size)
 	snprintf(out, size, "%04d-%02d-%02d %02d:%02d:%02d.%06ld+00",
 			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
 			 tm.tm_hour, tm.tm_min, tm.tm_sec, (long) tv.tv_usec);
+	return tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+/* Unix time, as event_time is written. */
+static double
+WallClock(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+/* Opens a file for writing, or exits. */
+static FILE *
+OpenOutput(const char *path)
+{
+	FILE	   *f = fopen(path, "w");
+
+	if (f == NULL)
+	{
+		fprintf(stderr, "producer: could not open \"%s\": %s\n", path, strerror(errno));
+		exit(1);
+	}
+	return f;
+}
+
+/* Writes data to f, or exits. */
+static void
+WriteOut(FILE *f, const char *path, const char *data, size_t len)
+{
+	if (len > 0 && fwrite(data, 1, len, f) != len)
+	{
+		fprintf(stderr, "producer: could not write \"%s\": %s\n", path, strerror(errno));
+		exit(1);
+	}
+}
+
+/* Closes a file written with WriteOut, or exits. */
+static void
+CloseOutput(FILE *f, const char *path)
+{
+	if (fclose(f) != 0)
+	{
+		fprintf(stderr, "producer: could not write \"%s\": %s\n", path, strerror(errno));
+		exit(1);
+	}
+}
+
+/* Writes a whole buffer to a new file. */
+static void
+WriteFile(const char *path, const Buf *b)
+{
+	FILE	   *f = OpenOutput(path);
+
+	WriteOut(f, path, b->data, b->len);
+	CloseOutput(f, path);
 }
 
 /* ---------- the database --------------------------------------------- */
@@ -516,17 +582,19 @@ CreateTable(PGconn *conn, const char *name, const char *columns)
 	return q;
 }
 
-/* Writes the expected aggregates: one row per cell with live trades. */
+/*
+ * The expected aggregates, one row per cell with live trades, as COPY text:
+ * risk_type, region, trade_desk (\N where rolled up), level, total, keys.
+ */
 static void
-WriteTruth(PGconn *conn, const char *table)
+BuildTruth(Buf *data)
 {
 	/* level 0 .. 3 cells, indexed by the first "level" coordinates */
 	static int64_t total[NDIMS + 1][NCELLS];
 	static int64_t keys[NDIMS + 1][NCELLS];
-	char	   *q;
-	Buf			sql = {0},
-				data = {0};
 
+	memset(total, 0, sizeof(total));
+	memset(keys, 0, sizeof(keys));
 	for (int64_t i = 0; i < nlive; i++)
 	{
 		Version    *v = &versions[latest[live[i]]];
@@ -542,8 +610,6 @@ WriteTruth(PGconn *conn, const char *table)
 		}
 	}
 
-	q = CreateTable(conn, table, "risk_type text, region text, trade_desk text,"
-					" level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL");
 	for (int level = 0; level <= NDIMS; level++)
 	{
 		int			ncells = 1;
@@ -564,16 +630,50 @@ WriteTruth(PGconn *conn, const char *table)
 				rest /= dims[l].n;
 			}
 			for (int l = 0; l < NDIMS; l++)
-				BufPrintf(&data, "%s\t", l < level ? dims[l].names[c[l]] : "\\N");
+				BufPrintf(data, "%s\t", l < level ? dims[l].names[c[l]] : "\\N");
 			FormatCents(num, sizeof(num), total[level][idx]);
-			BufPrintf(&data, "%d\t%s\t%" PRId64 "\n", level, num, keys[level][idx]);
+			BufPrintf(data, "%d\t%s\t%" PRId64 "\n", level, num, keys[level][idx]);
 		}
 	}
+}
+
+/* Writes the expected aggregates: one row per cell with live trades. */
+static void
+WriteTruth(PGconn *conn, const char *table)
+{
+	char	   *q;
+	Buf			sql = {0},
+				data = {0};
+
+	BuildTruth(&data);
+	q = CreateTable(conn, table, "risk_type text, region text, trade_desk text,"
+					" level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL");
 	BufPrintf(&sql, "COPY %s (risk_type, region, trade_desk, level, total, keys) FROM STDIN", q);
 	Copy(conn, sql.data, data.data, data.len);
 	free(sql.data);
 	free(data.data);
 	free(q);
+}
+
+/*
+ * Each trade's latest version, as state should hold it, as COPY text: key,
+ * version, value, risk_type, region, trade_desk, deleted.
+ */
+static void
+BuildTruthState(Buf *data, int64_t ntrades)
+{
+	for (int64_t t = 0; t < ntrades; t++)
+	{
+		Version    *v = &versions[latest[t]];
+		int			c[NDIMS];
+		char		num[32];
+
+		CellCoords(v->cell, c);
+		FormatCents(num, sizeof(num), v->cents);
+		BufPrintf(data, "TRD-%07" PRId64 "\t%d\t%s\t%s\t%s\t%s\t%c\n", t, v->version, num,
+				  dims[0].names[c[0]], dims[1].names[c[1]], dims[2].names[c[2]],
+				  v->deleted ? 't' : 'f');
+	}
 }
 
 /* Writes each trade's latest version, as state should hold it. */
@@ -587,18 +687,7 @@ WriteTruthState(PGconn *conn, const char *table, int64_t ntrades)
 	Buf			sql = {0},
 				data = {0};
 
-	for (int64_t t = 0; t < ntrades; t++)
-	{
-		Version    *v = &versions[latest[t]];
-		int			c[NDIMS];
-		char		num[32];
-
-		CellCoords(v->cell, c);
-		FormatCents(num, sizeof(num), v->cents);
-		BufPrintf(&data, "TRD-%07" PRId64 "\t%d\t%s\t%s\t%s\t%s\t%c\n", t, v->version, num,
-				  dims[0].names[c[0]], dims[1].names[c[1]], dims[2].names[c[2]],
-				  v->deleted ? 't' : 'f');
-	}
+	BuildTruthState(&data, ntrades);
 	BufPrintf(&sql, "COPY %s FROM STDIN", q);
 	Copy(conn, sql.data, data.data, data.len);
 	free(sql.data);
@@ -692,6 +781,16 @@ Usage(FILE *f)
 			"  -T, --truth TABLE      write the expected aggregates to TABLE, replacing it\n"
 			"                         (risk_type, region, trade_desk, level, total, keys)\n"
 			"  -K, --truth-state TABLE  write each trade's latest version to TABLE\n"
+			"  -M, --moves F          fraction of events that are modifications moving the\n"
+			"                         trade to another cell (default: half of the modifications)\n"
+			"  -o, --output FILE      write the events to FILE in COPY text format (columns key,\n"
+			"                         version, value, risk_type, region, trade_desk, deleted,\n"
+			"                         event_time) instead of sending them; no connection unless\n"
+			"                         -T or -K is given\n"
+			"      --truth-file FILE  write the expected aggregates to FILE as COPY text\n"
+			"      --truth-state-file FILE  write each trade's latest version to FILE as COPY text\n"
+			"      --batch-log FILE   per batch: batch number, events sent so far, the batch's\n"
+			"                         event_time and the time its COPY committed (Unix seconds)\n"
 			"  -q, --quiet            no progress on stderr\n"
 			"  -N, --dry-run          check the options, print the plan and exit\n"
 			"  -h, --help             this help\n");
@@ -746,6 +845,11 @@ main(int argc, char **argv)
 		{"pipeline", required_argument, NULL, 'p'},
 		{"truth", required_argument, NULL, 'T'},
 		{"truth-state", required_argument, NULL, 'K'},
+		{"moves", required_argument, NULL, 'M'},
+		{"output", required_argument, NULL, 'o'},
+		{"truth-file", required_argument, NULL, 1001},
+		{"truth-state-file", required_argument, NULL, 1002},
+		{"batch-log", required_argument, NULL, 1003},
 		{"quiet", no_argument, NULL, 'q'},
 		{"dry-run", no_argument, NULL, 'N'},
 		{"help", no_argument, NULL, 'h'},
@@ -764,6 +868,14 @@ main(int argc, char **argv)
 	const char *pipeline = "trades";
 	const char *truth = NULL;
 	const char *truth_state = NULL;
+	const char *output = NULL;
+	const char *truth_file = NULL;
+	const char *truth_state_file = NULL;
+	const char *batch_log = NULL;
+	FILE	   *out = NULL;
+	FILE	   *blog = NULL;
+	double		f_moves = -1;
+	int64_t		moves_left = 0;
 	bool		quiet = false;
 	bool		dry_run = false;
 	bool		batch_given = false;
@@ -773,8 +885,8 @@ main(int argc, char **argv)
 	int64_t		moved = 0,
 				created = 0,
 				nbatches = 0;
-	PGconn	   *conn;
-	char	   *copy_sql;
+	PGconn	   *conn = NULL;
+	char	   *copy_sql = NULL;
 	Buf			buf = {0};
 	double		t0,
 				last_print,
@@ -782,7 +894,7 @@ main(int argc, char **argv)
 	int64_t		last_sent = 0;
 	int			opt;
 
-	while ((opt = getopt_long(argc, argv, "n:t:D:m:s:x:r:b:S:d:p:T:K:qNh", longopts, NULL)) != -1)
+	while ((opt = getopt_long(argc, argv, "n:t:D:m:s:x:r:b:S:d:p:T:K:M:o:qNh", longopts, NULL)) != -1)
 	{
 		switch (opt)
 		{
@@ -825,6 +937,21 @@ main(int argc, char **argv)
 				break;
 			case 'K':
 				truth_state = optarg;
+				break;
+			case 'M':
+				f_moves = ParseFraction("move fraction", optarg);
+				break;
+			case 'o':
+				output = optarg;
+				break;
+			case 1001:
+				truth_file = optarg;
+				break;
+			case 1002:
+				truth_state_file = optarg;
+				break;
+			case 1003:
+				batch_log = optarg;
 				break;
 			case 'q':
 				quiet = true;
@@ -873,6 +1000,16 @@ main(int argc, char **argv)
 		}
 		quota[K_MOD] = rest;
 	}
+	if (f_moves >= 0)
+	{
+		moves_left = Round(f_moves * nevents);
+		if (moves_left > quota[K_MOD])
+		{
+			fprintf(stderr, "producer: %" PRId64 " moves are more than the %" PRId64
+					" modifications; lower the move fraction\n", moves_left, quota[K_MOD]);
+			return 2;
+		}
+	}
 	if (quota[K_TOMB] > ntrades)
 	{
 		fprintf(stderr, "producer: %" PRId64 " tombstones would delete more than the %" PRId64
@@ -888,6 +1025,8 @@ main(int argc, char **argv)
 		printf("events %" PRId64 "\n", nevents);
 		for (int k = 0; k < NKINDS; k++)
 			printf("%s %" PRId64 "\n", kind_names[k], quota[k]);
+		if (f_moves >= 0)
+			printf("moves %" PRId64 "\n", moves_left);
 		printf("batch %" PRId64 "\nrate %" PRId64 "\nseed %" PRIu64 "\n", batch, rate, seed);
 		return 0;
 	}
@@ -900,7 +1039,11 @@ main(int argc, char **argv)
 	amended = Alloc(ntrades, sizeof(int32_t));
 	sent_log = Alloc(nevents, sizeof(int32_t));
 
-	conn = Connect(conninfo);
+	if (output == NULL || truth || truth_state)
+		conn = Connect(conninfo);
+	if (output)
+		out = OpenOutput(output);
+	else
 	{
 		char	   *qp = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
 
@@ -909,15 +1052,18 @@ main(int argc, char **argv)
 				" deleted, event_time) FROM STDIN", qp);
 		PQfreemem(qp);
 	}
+	if (batch_log)
+		blog = OpenOutput(batch_log);
 
 	t0 = last_print = last_sent_at = Now();
 	while (nsent < nevents)
 	{
 		int64_t		n = nevents - nsent < batch ? nevents - nsent : batch;
 		char		event_time[64];
+		double		sent_at;
 
 		buf.len = 0;
-		FormatEventTime(event_time, sizeof(event_time));
+		sent_at = FormatEventTime(event_time, sizeof(event_time));
 		for (int64_t i = 0; i < n; i++)
 		{
 			int			k = DrawKind(quota, created, ntrades);
@@ -949,8 +1095,19 @@ main(int argc, char **argv)
 
 						if (k == K_MOD)
 						{
+							bool		move;
+
 							cents = AmendCents(cents);
-							if (Uniform() < 0.5)
+							if (f_moves >= 0)
+							{
+								/* exactly moves_left of the modifications left */
+								move = Below(quota[K_MOD] + 1) < moves_left;
+								if (move)
+									moves_left--;
+							}
+							else
+								move = Uniform() < 0.5;
+							if (move)
 							{
 								cell = MoveCell(cell);
 								moved++;
@@ -997,10 +1154,16 @@ main(int argc, char **argv)
 					  dims[0].names[c[0]], dims[1].names[c[1]], dims[2].names[c[2]],
 					  v->deleted ? 't' : 'f', event_time);
 		}
-		Copy(conn, copy_sql, buf.data, buf.len);
+		if (out)
+			WriteOut(out, output, buf.data, buf.len);
+		else
+			Copy(conn, copy_sql, buf.data, buf.len);
 		nbatches++;
+		if (blog)
+			fprintf(blog, "%" PRId64 "\t%" PRId64 "\t%.6f\t%.6f\n", nbatches, nsent, sent_at,
+					WallClock());
 
-		if (rate > 0)
+		if (rate > 0 && out == NULL)
 		{
 			double		due = t0 + (double) nsent / rate;
 			double		now = Now();
@@ -1022,6 +1185,10 @@ main(int argc, char **argv)
 		}
 	}
 
+	if (out)
+		CloseOutput(out, output);
+	if (blog)
+		CloseOutput(blog, batch_log);
 	{
 		double		seconds = Now() - t0;
 
@@ -1048,9 +1215,26 @@ main(int argc, char **argv)
 			WriteTruth(conn, truth);
 		if (truth_state)
 			WriteTruthState(conn, truth_state, created);
+		if (truth_file)
+		{
+			Buf			data = {0};
+
+			BuildTruth(&data);
+			WriteFile(truth_file, &data);
+			free(data.data);
+		}
+		if (truth_state_file)
+		{
+			Buf			data = {0};
+
+			BuildTruthState(&data, created);
+			WriteFile(truth_state_file, &data);
+			free(data.data);
+		}
 		printf("truth_seconds %.3f\n", Now() - t1);
 	}
-	PQfinish(conn);
+	if (conn)
+		PQfinish(conn);
 	free(buf.data);
 	free(copy_sql);
 	free(versions);
