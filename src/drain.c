@@ -240,7 +240,7 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
 	MemoryContext old = MemoryContextSwitchTo(batch_cxt);
 	Event	   *events = palloc(sizeof(Event) * max);
 	StageCounts counts = {0};
-	DrainResult r = {true, 0, DT_NOEND};
+	DrainResult r = {true, 0, DT_NOEND, false};
 	bool		exhausted;
 
 	CHECK_FOR_INTERRUPTS();
@@ -325,7 +325,7 @@ DrainStep(Pipeline *p)
 				drain_rotation,
 				position;
 	bool		paused;
-	DrainResult r = {false, 0, DT_NOEND};
+	DrainResult r = {false, 0, DT_NOEND, false};
 
 	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
 	if (paused)
@@ -334,17 +334,17 @@ DrainStep(Pipeline *p)
 	if (drain_rotation < rotation)
 	{
 		/*
-		 * Seal the partition before its first batch: wait for every
-		 * transaction that may still insert into it.  Each took its lock on
-		 * the queue before reading the rotation, and the rotation that sent
-		 * inserts elsewhere has committed.
+		 * The partition is sealed once no transaction may insert into it:
+		 * each inserter took its lock on the queue before reading the
+		 * rotation, and the rotation that sent inserts elsewhere has
+		 * committed.  Until then, come back later rather than wait: one
+		 * transaction left open must not hold up the worker's other
+		 * pipelines.
 		 */
-		if (position == 0)
+		if (position == 0 && !QueueSealed(p))
 		{
-			LOCKTAG		tag;
-
-			SET_LOCKTAG_RELATION(tag, MyDatabaseId, p->ingest);
-			WaitForLockers(tag, ShareLock, false);
+			r.sealing = true;
+			return r;
 		}
 		r = DrainBatch(p, drain_rotation, &position, true);
 		ReduceWithRetry(p);

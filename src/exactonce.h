@@ -290,6 +290,7 @@ extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
 						   Event *events);
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
+extern bool QueueSealed(Pipeline *p);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 					   int64 position, TimestampTz *oldest);
@@ -317,6 +318,7 @@ typedef struct DrainResult
 	bool		worked;			/* took events, truncated or rotated */
 	int64		taken;			/* events taken from the queue */
 	TimestampTz oldest;			/* oldest event_time taken */
+	bool		sealing;		/* waits for inserters to end: look again soon */
 } DrainResult;
 
 extern int64 DrainPipeline(Pipeline *p, bool whole_queue);

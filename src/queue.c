@@ -11,10 +11,11 @@
  *	 - flush() seals the whole queue by taking a SHARE lock on the parent for
  *	   its transaction: that waits for every inserting transaction and holds
  *	   off new ones until flush commits.
- *	 - the workers bump progress.rotation and commit, then wait for every
- *	   transaction holding a lock on the parent (WaitForLockers).  Any later
- *	   insert sees the new rotation, because exactonce_ingest_slot locks the
- *	   parent before it reads the rotation with a fresh snapshot.
+ *	 - the workers bump progress.rotation and commit, then drain the old
+ *	   partition once every transaction that held a lock on the parent then
+ *	   has ended (QueueSealed, checked without waiting).  Any later insert
+ *	   sees the new rotation, because exactonce_ingest_slot locks the parent
+ *	   before it reads the rotation with a fresh snapshot.
  *
  * A sealed partition never changes, so its rows are read in TID order in
  * batches, progress.drain_position remembering the last TID taken, in the
@@ -100,6 +101,25 @@ exactonce_ingest_slot(PG_FUNCTION_ARGS)
 	slot_cache_ingest = ingest;
 	slot_cache_lxid = MyProc->lxid;
 	PG_RETURN_INT32(slot_cache_slot);
+}
+
+/*
+ * QueueSealed tells, without waiting, whether every transaction that held a
+ * lock on the queue (so may have inserted into the partition that no longer
+ * takes inserts) has ended.
+ */
+bool
+QueueSealed(Pipeline *p)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *vxids;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, p->ingest);
+	vxids = GetLockConflicts(&tag, ShareLock, NULL);
+	for (; VirtualTransactionIdIsValid(*vxids); vxids++)
+		if (!VirtualXactLock(*vxids, false))
+			return false;
+	return true;
 }
 
 /*

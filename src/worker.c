@@ -67,6 +67,8 @@ typedef struct Backoff
 
 static HTAB *backoffs = NULL;
 
+#define EXACTONCE_SEAL_POLL_MS	5	/* sleep while waiting for inserters to end */
+
 /*
  * HandleSigterm asks a drain worker to stop at the next batch boundary.
  */
@@ -317,7 +319,7 @@ ServedPipelines(void)
 static DrainResult
 StepPipeline(int32 id)
 {
-	DrainResult r = {false, 0, DT_NOEND};
+	DrainResult r = {false, 0, DT_NOEND, false};
 	Pipeline   *p;
 	Oid			save_userid;
 	int			save_sec;
@@ -417,10 +419,10 @@ TryStep(int32 id, DrainResult *r, MemoryContext cxt)
 
 /*
  * DrainRound gives every served pipeline one step; it returns whether any
- * step did work.
+ * step did work, and sets *sealing if a pipeline waits for inserters.
  */
 static bool
-DrainRound(MemoryContext round_cxt)
+DrainRound(MemoryContext round_cxt, bool *sealing)
 {
 	List	   *ids = ServedPipelines();
 	ListCell   *lc;
@@ -431,7 +433,7 @@ DrainRound(MemoryContext round_cxt)
 	{
 		int32		id = lfirst_int(lc);
 		PipelineStat *st = StatFor(id);
-		DrainResult r = {false, 0, DT_NOEND};
+		DrainResult r = {false, 0, DT_NOEND, false};
 		ErrorData  *err;
 		Backoff    *b;
 		bool		found;
@@ -450,6 +452,7 @@ DrainRound(MemoryContext round_cxt)
 		err = TryStep(id, &r, round_cxt);
 		RecordStep(b, st, &r, err);
 		worked |= r.worked;
+		*sealing |= r.sealing;
 	}
 	SetState(WORKER_IDLE, 0);
 	return worked;
@@ -494,6 +497,7 @@ exactonce_drain_main(Datum arg)
 	while (!terminate)
 	{
 		bool		worked;
+		bool		sealing;
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -504,14 +508,17 @@ exactonce_drain_main(Datum arg)
 		}
 
 		MemoryContextSwitchTo(round_cxt);
-		worked = DrainRound(round_cxt);
+		sealing = false;
+		worked = DrainRound(round_cxt, &sealing);
 		MemoryContextReset(round_cxt);
 
+		/* an inserting transaction's commit sets no latch: poll for it */
 		if (!worked && !terminate)
 		{
 			pgstat_report_activity(STATE_IDLE, NULL);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 exactonce_naptime, PG_WAIT_EXTENSION);
+							 sealing ? EXACTONCE_SEAL_POLL_MS : exactonce_naptime,
+							 PG_WAIT_EXTENSION);
 		}
 	}
 	SetState(WORKER_STOPPING, 0);

@@ -147,6 +147,32 @@ kill -TERM "$pid"
 poll_until $DB "SELECT worker_pid IS NOT NULL AND worker_pid <> $pid FROM exactonce.pipelines WHERE name = 'wk'"
 ok $? "after SIGTERM the launcher restarted the worker"
 
+# 10. a transaction that inserted and stays open holds up only its own
+# pipeline: the worker seals without waiting, and serves its others meanwhile
+psql -X -q -d $DB >/dev/null <<'SQL'
+SET client_min_messages = warning;
+SELECT exactonce.create_pipeline('hold', ARRAY['d']);
+SELECT exactonce.create_pipeline('skip', ARRAY['d']);
+SELECT exactonce.create_pipeline('free', ARRAY['d']);
+SQL
+is "$(q $DB "SELECT count(DISTINCT worker_pid) FROM exactonce.pipelines WHERE name IN ('hold', 'free')")" 1 "pipelines hold and free share a worker"
+psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('a', 1, 1, 'x')" >/dev/null
+stop="$EXACTONCE_TEST_DIR/release-hold"
+rm -f "$stop"
+( echo "BEGIN; INSERT INTO hold.ingest (key, version, value, d) VALUES ('b', 1, 2, 'x');"
+  while [ ! -e "$stop" ]; do sleep 0.1; done
+  echo "COMMIT;" ) | psql -X -q -d $DB >/dev/null &
+holder=$!
+poll_until $DB "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database())"
+psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('c', 1, 4, 'x')" -c "INSERT INTO free.ingest (key, version, value, d) VALUES ('f', 1, 8, 'y')" >/dev/null
+poll_until $DB "$(drained free)"
+ok $? "with a transaction open on pipeline hold, the same worker drains pipeline free"
+touch "$stop"
+wait "$holder"
+poll_until $DB "$(drained hold)"
+ok $? "once that transaction commits, hold is drained"
+is "$(q $DB "SELECT total || '/' || keys FROM hold.aggregates WHERE level = 0")" "7/3" "with every event of it, exactly once"
+
 # 9. dropping and recreating the extension while the workers run
 psql -X -q -d $DB2 >/dev/null 2>&1 <<'SQL'
 SET client_min_messages = warning;
