@@ -251,7 +251,7 @@ extern SPIPlanPtr SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid
 extern Oid	ExtensionTableOwner(const char *relname);
 extern void SpiExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
 					  bool read_only, int expected);
-extern void AppendEventColumns(StringInfo sql, Pipeline *p, const char *prefix);
+extern void AppendEventColumns(StringInfo sql, Pipeline *p);
 extern void AppendEventUnnest(StringInfo sql, Pipeline *p, int extra);
 extern void EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types);
 

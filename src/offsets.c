@@ -286,7 +286,7 @@ BuildQueueInsert(Pipeline *p)
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s.ingest (", quote_identifier(p->name));
-	AppendEventColumns(&sql, p, "");
+	AppendEventColumns(&sql, p);
 	appendStringInfoString(&sql, ") SELECT * FROM ");
 	AppendEventUnnest(&sql, p, 0);
 	return sql.data;

@@ -333,16 +333,16 @@ ProgressRotate(Pipeline *p)
 }
 
 /*
- * AppendEventColumns appends the event columns of p, comma separated, each
- * after prefix: key, version, value, the dimensions, deleted, event_time.
+ * AppendEventColumns appends the event columns of p, comma separated: key,
+ * version, value, the dimensions, deleted, event_time.
  */
 void
-AppendEventColumns(StringInfo sql, Pipeline *p, const char *prefix)
+AppendEventColumns(StringInfo sql, Pipeline *p)
 {
-	appendStringInfo(sql, "%skey, %sversion, %svalue", prefix, prefix, prefix);
+	appendStringInfoString(sql, "key, version, value");
 	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(sql, ", %s%s", prefix, quote_identifier(p->dims[i]));
-	appendStringInfo(sql, ", %sdeleted, %sevent_time", prefix, prefix);
+		appendStringInfo(sql, ", %s", quote_identifier(p->dims[i]));
+	appendStringInfoString(sql, ", deleted, event_time");
 }
 
 /*
@@ -416,7 +416,7 @@ BuildDeadLetter(Pipeline *p)
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s.dead_letters (", quote_identifier(p->name));
-	AppendEventColumns(&sql, p, "");
+	AppendEventColumns(&sql, p);
 	appendStringInfoString(&sql, ", reason) SELECT * FROM ");
 	AppendEventUnnest(&sql, p, 1);
 	return sql.data;

@@ -214,6 +214,7 @@ main(int argc, char **argv)
 	};
 	const char *conninfo = "";
 	const char *pipeline = NULL;
+	char	   *cheap_sql = NULL;
 	const char *output = NULL;
 	const char *app = NULL;
 	const char *stop_file = NULL;
@@ -319,6 +320,15 @@ main(int argc, char **argv)
 	}
 	else
 		fprintf(out, "t,ingested,queued,staged,latency_p50_ms,latency_p99_ms,pid,rss_anon_kb,vm_hwm_kb,query_ms,cpu_s,vacuums\n");
+	if (pipeline)
+	{
+		char	   *q = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
+
+		cheap_sql = malloc(2 * strlen(q) + 128);
+		sprintf(cheap_sql, "SELECT ingested, (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL)"
+				" FROM %s.progress", q, q);
+		PQfreemem(q);
+	}
 
 	t0 = next = WallClock();
 	while (!stop_requested)
@@ -366,7 +376,20 @@ main(int argc, char **argv)
 				else if (reset_hwm)
 					ResetHWM(pid);
 			}
-			if (pipeline)
+			if (pipeline && nsamples % 20 != 0)
+			{
+				/* between full samples, only what the stop test needs: the
+				 * view counts the queue with a scan, which would compete
+				 * with the worker for the CPU every 50 ms */
+				PGresult   *res = PQexec(conn, cheap_sql);
+
+				if (PQresultStatus(res) != PGRES_TUPLES_OK)
+					Die("query of the pipeline's progress failed", conn);
+				ingested = atol(PQgetvalue(res, 0, 0));
+				staged = atol(PQgetvalue(res, 0, 1));
+				PQclear(res);
+			}
+			else if (pipeline)
 			{
 				const char *params[1] = {pipeline};
 				PGresult   *res = PQexecParams(conn,
@@ -416,7 +439,7 @@ main(int argc, char **argv)
 			nsamples++;
 			fprintf(out, "%.6f,%ld,%ld,%ld,%s,%s,%d,%ld,%ld,%.1f,%.2f,%ld\n", t, ingested, queued, staged,
 					p50, p99, pid, rss, hwm, (t - ts) * 1000, cpu, vacuums);
-			if (until >= 0 && ingested >= until && queued == 0 && staged == 0)
+			if (until >= 0 && ingested >= until && staged == 0)
 			{
 				done_at = t;
 				break;

@@ -13,8 +13,8 @@
 #      of the events by default: the planner trap makes it too slow for all)
 #      and tuned (enable_nestloop = off for the drain);
 #   3. exactonce's background worker draining a pre-loaded queue (the pipeline
-#      paused, the file COPYed into trades.ingest, resumed, timed until
-#      exactonce.pipelines shows queued = 0 and staged = 0, polled every 50 ms);
+#      paused, the file COPYed into trades.ingest, resumed, timed until the
+#      pipeline has taken every event and staged none, polled every 50 ms);
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
@@ -502,7 +502,7 @@ record eo_workers "$EVENTS" "$SECS" "$WAL" "$(mon_value workers peak_rss_anon_kb
 R_SIZES[eo_workers]="$(sizes $PIPE.ingest_0 $PIPE.ingest_1 $PIPE.state $PIPE.ledger $PIPE.aggregates); state $(autovac $PIPE.state)"
 EO_COUNTERS=$COUNTERS
 VIEW_POLL_MS=$(mon_value workers query_ms_avg)
-log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (exactonce.pipelines polled every 50 ms; a poll took $VIEW_POLL_MS ms on average)"
+log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 50 ms, the view every second; a poll took $VIEW_POLL_MS ms on average)"
 
 # ---------------------------------------------------------------- 4. exactonce flush
 
@@ -794,8 +794,8 @@ done
 say ""
 say "notes on the table:"
 say "  events/s: COPY, naive and flush are timed inside their session; the worker drain from resume() to the first"
-say "  50 ms poll of exactonce.pipelines showing queued = 0 and staged = 0 (a poll took ${VIEW_POLL_MS} ms on average:"
-say "  queued counts the queue by scanning it); sustained from the first event sent to the probe seeing all events"
+say "  50 ms poll seeing every event ingested and none staged (the full view, whose queued scans the queue, every"
+say "  20th poll only; a poll took ${VIEW_POLL_MS} ms on average); sustained from the first event sent to the probe seeing all events"
 say "  aggregated. WAL: pg_current_wal_lsn() difference over the timed span (drains only: the queue load is not in it;"
 say "  sustained runs include the producer's inserts). peak mem: peak RssAnon of the backend or drain worker doing"
 say "  the work; CPU: its CPU time over the run's wall time (100% = one core busy); both sampled every 50-200 ms."
