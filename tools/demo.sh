@@ -346,7 +346,7 @@ render() {
 			th(flushes), (ferrors > 0 ? " (" ferrors " rolled back)" : ""), th(batches)
 		printf "faults    %s\n", faults
 		if (wpid != "-")
-			printf "worker    pid %s %s; batch latency p50 %s ms, max %s ms%s\n", wpid, wstate, p50, pmax,
+			printf "worker    pid %s %s; batch latency p50 %s ms, p99 %s ms%s\n", wpid, wstate, p50, pmax,
 				(lasterr != "-" ? "; last error: " lasterr : "")
 		else
 			printf "worker    none\n"
