@@ -52,6 +52,23 @@ SELECT count(*) FROM q.state WHERE key = 'direct';
 -- the queue partition of the wrong turn rejects rows
 INSERT INTO q.ingest_1 (key, version, value, d) VALUES ('wrong', 1, 1, 'w');
 
+-- the partition read by a subtransaction is not reused after a rollback to
+-- a savepoint (the lock that made it valid went with the subtransaction):
+-- a rotation committed meanwhile sends the next row to the new partition
+BEGIN;
+SAVEPOINT s;
+INSERT INTO q.ingest (key, version, value, d) VALUES ('sp1', 1, 1, 'w');
+SELECT tableoid::regclass FROM q.ingest WHERE key = 'sp1';
+ROLLBACK TO s;
+UPDATE q.progress SET rotation = rotation + 1;
+INSERT INTO q.ingest (key, version, value, d) VALUES ('sp2', 1, 1, 'w');
+SELECT tableoid::regclass FROM q.ingest WHERE key = 'sp2';
+ROLLBACK;
+
+-- ingest_slot serves queues only, and only roles that may insert into them
+SELECT exactonce.ingest_slot('q.state'::regclass);
+SELECT exactonce.ingest_slot('q.ingest_0'::regclass);
+
 -- the monitoring view shows depth and lag of what is queued
 INSERT INTO q.ingest (key, version, value, d, event_time) VALUES ('late', 1, 1, 'w', now() - interval '1 hour');
 SELECT queued, lag >= interval '1 hour' AS lagging FROM exactonce.pipelines WHERE name = 'q';

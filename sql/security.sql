@@ -39,14 +39,18 @@ SELECT exactonce.drop_pipeline('sec');
 SELECT * FROM exactonce.state_upsert('sec', (SELECT array_agg(e) FROM (VALUES ('k9', 1::bigint, 1::numeric, 'x')) e(key, version, value, d)));
 SELECT exactonce.reduce_apply('sec');
 SET exactonce.fault_map = 1;
+SELECT exactonce.ingest_slot('sec.ingest'::regclass) IN (0, 1) AS writer_may_take_the_slot;
 -- monitoring is open to everyone
 SELECT name, queued FROM exactonce.pipelines;
 RESET ROLE;
 
 -- neither can another role touch it
+SELECT 'sec.ingest'::regclass::oid AS sec_ingest \gset
 SET ROLE regress_eo_other;
 SELECT exactonce.flush('sec');
 SELECT * FROM sec.aggregates;
+-- nor lock its queue through the slot function
+SELECT exactonce.ingest_slot(:sec_ingest);
 RESET ROLE;
 
 -- objects planted in public cannot change what the stages compute
@@ -64,6 +68,27 @@ RESET search_path;
 SELECT level, d, total, keys, updated_at > '2001-01-01' AS real_time FROM sec.aggregates ORDER BY level;
 SELECT key, version, value FROM sec.state ORDER BY key;
 DROP TABLE pg_temp.progress;
+
+-- an owner who swaps a pipeline table for a view gets no one else's rights:
+-- the view and the workers read pipelines as their owner, and refuse
+-- relations that are not what create_pipeline made
+CREATE FUNCTION public.grab() RETURNS bigint LANGUAGE plpgsql AS
+	$$BEGIN EXECUTE 'ALTER ROLE regress_eo_owner SUPERUSER'; RETURN 0; END$$;
+DROP TABLE sec.progress;
+CREATE VIEW sec.progress AS
+	SELECT false AS paused, public.grab() AS ingested, 0::bigint AS applied, 0::bigint AS duplicates,
+		   0::bigint AS stale, 0::bigint AS dead_lettered, 0::bigint AS batches,
+		   now() AS last_batch_at, 0::bigint AS rotation, 0::bigint AS drain_rotation,
+		   0::bigint AS drain_position;
+SELECT name, ingested IS NULL AS unreadable FROM exactonce.pipelines;
+SELECT exactonce.flush('sec');
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_eo_owner';
+SELECT exactonce.drop_pipeline('sec', force => true);
+SELECT count(*) FROM exactonce.pipeline;
+RESET ROLE;
+DROP FUNCTION public.grab();
+SET ROLE regress_eo_owner;
+SELECT exactonce.create_pipeline('sec', ARRAY['d']);
 SELECT exactonce.drop_pipeline('sec');
 RESET ROLE;
 DROP OPERATOR public.+ (numeric, numeric);

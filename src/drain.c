@@ -8,9 +8,12 @@
  *	 - a transient failure (injected fault, serialization failure, deadlock,
  *	   lock timeout) is retried, with backoff, a bounded number of times and
  *	   then raised, so the whole transaction rolls back and runs again later;
- *	 - any other failure is retried once, then the batch is split in halves,
- *	   down to single events, and an event that fails alone is a poison
- *	   event: it goes to dead_letters with the error message.
+ *	 - a failure about the data (classes 22 and 23) is retried once, then
+ *	   the batch is split in halves, down to single events, and an event
+ *	   that fails alone is a poison event: it goes to dead_letters with the
+ *	   error message;
+ *	 - anything else (a cancel, a missing right, a full disk) ends the
+ *	   transaction: it is about the environment, not about the events.
  * Nothing is lost either way, and a poison event never blocks its queue.
  *
  * The queue position and the counters move in the transaction that applies
@@ -46,18 +49,20 @@ IsTransient(int sqlerrcode)
 }
 
 /*
- * MustPropagate tells whether an error must not be caught at all: cancels,
- * shutdowns and resource exhaustion end the transaction.
+ * MustPropagate tells whether an error must end the transaction rather than
+ * be retried here: anything that is neither transient nor about the data of
+ * the batch (data exceptions, class 22, and integrity violations, class 23)
+ * says something about the environment -- a cancel, a missing right, a full
+ * disk -- and must not turn good events into dead letters.
  */
 static bool
 MustPropagate(int sqlerrcode)
 {
 	int			class = ERRCODE_TO_CATEGORY(sqlerrcode);
 
-	return class == ERRCODE_TO_CATEGORY(ERRCODE_OPERATOR_INTERVENTION) ||
-		class == ERRCODE_TO_CATEGORY(ERRCODE_INSUFFICIENT_RESOURCES) ||
-		class == ERRCODE_TO_CATEGORY(ERRCODE_PROGRAM_LIMIT_EXCEEDED) ||
-		class == ERRCODE_TO_CATEGORY(ERRCODE_INTERNAL_ERROR);
+	return !IsTransient(sqlerrcode) &&
+		class != ERRCODE_TO_CATEGORY(ERRCODE_DATA_EXCEPTION) &&
+		class != ERRCODE_TO_CATEGORY(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION);
 }
 
 /*
@@ -240,7 +245,7 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
 	MemoryContext old = MemoryContextSwitchTo(batch_cxt);
 	Event	   *events = palloc(sizeof(Event) * max);
 	StageCounts counts = {0};
-	DrainResult r = {true, 0, DT_NOEND, false};
+	DrainResult r = {true, 0, DT_NOEND, false, false};
 	bool		exhausted;
 
 	CHECK_FOR_INTERRUPTS();
@@ -249,7 +254,7 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
 		r.oldest = Min(r.oldest, events[i].event_time);
 	if (r.taken > 0)
 		ProcessBatch(p, events, (int) r.taken, rotation, &counts);
-	exhausted = r.taken < max;
+	exhausted = r.exhausted = r.taken < max;
 	if (exhausted)
 	{
 		QueueTruncateSlot(p, slotno);
@@ -276,7 +281,7 @@ DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
 		DrainResult r = DrainBatch(p, rotation, position, advance);
 
 		total += r.taken;
-		if (r.taken < exactonce_batch_size)
+		if (r.exhausted)
 			return total;
 	}
 }
@@ -319,13 +324,13 @@ DrainPipeline(Pipeline *p, bool whole_queue)
  * partition taking inserts gets sealed.
  */
 DrainResult
-DrainStep(Pipeline *p)
+DrainStep(Pipeline *p, SealState **seal)
 {
 	int64		rotation,
 				drain_rotation,
 				position;
 	bool		paused;
-	DrainResult r = {false, 0, DT_NOEND, false};
+	DrainResult r = {false, 0, DT_NOEND, false, false};
 
 	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
 	if (paused)
@@ -341,7 +346,7 @@ DrainStep(Pipeline *p)
 		 * transaction left open must not hold up the worker's other
 		 * pipelines.
 		 */
-		if (position == 0 && !QueueSealed(p))
+		if (position == 0 && !QueueSealed(p, rotation, seal))
 		{
 			r.sealing = true;
 			return r;

@@ -26,6 +26,7 @@
 #include "utils/array.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
@@ -36,6 +37,7 @@
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
 #define EXACTONCE_MAX_MAGNITUDE		1000	/* values must be below 1e1000 */
+#define EXACTONCE_MAX_KEY_BYTES		2000	/* keys, and cells, must fit in a btree entry */
 #define EXACTONCE_SOURCE_QUEUE		"queue"
 #define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
 #define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */
@@ -225,6 +227,14 @@ extern void WakeWorkers(void);
 /* worker.c */
 extern void WorkerInit(void);
 
+/* The transactions a worker waits for before draining a rotated partition. */
+typedef struct SealState
+{
+	int64		rotation;		/* the rotation they were taken for, -1 none */
+	int			n;
+	VirtualTransactionId vxids[FLEXIBLE_ARRAY_MEMBER];
+} SealState;
+
 /* pipeline.c */
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id);
@@ -249,6 +259,7 @@ extern void ProgressRotate(Pipeline *p);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
 extern SPIPlanPtr SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types);
 extern Oid	ExtensionTableOwner(const char *relname);
+extern Oid	RelationOwner(Oid relid);
 extern void SpiExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
 					  bool read_only, int expected);
 extern void AppendEventColumns(StringInfo sql, Pipeline *p);
@@ -290,7 +301,7 @@ extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
 						   Event *events);
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
-extern bool QueueSealed(Pipeline *p);
+extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 					   int64 position, TimestampTz *oldest);
@@ -319,10 +330,11 @@ typedef struct DrainResult
 	int64		taken;			/* events taken from the queue */
 	TimestampTz oldest;			/* oldest event_time taken */
 	bool		sealing;		/* waits for inserters to end: look again soon */
+	bool		exhausted;		/* the partition had no more rows */
 } DrainResult;
 
 extern int64 DrainPipeline(Pipeline *p, bool whole_queue);
-extern DrainResult DrainStep(Pipeline *p);
+extern DrainResult DrainStep(Pipeline *p, SealState **seal);
 
 /* fault.c */
 extern void FaultInit(void);

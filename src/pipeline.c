@@ -24,6 +24,8 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -32,6 +34,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline);
 PG_FUNCTION_INFO_V1(exactonce_drop_pipeline);
@@ -289,6 +292,50 @@ RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected
 }
 
 /*
+ * CheckOwnership insists that the pipeline's schema and the relations the
+ * stages touch are what create_pipeline made: of the expected kinds and all
+ * owned by the registered owner.  Workers and the monitoring view act on a
+ * pipeline as that owner; a schema of the same name created by someone else,
+ * or a relation swapped for a view, must never run their code as that role.
+ */
+static void
+CheckOwnership(Pipeline *p)
+{
+	struct
+	{
+		Oid			relid;
+		char		relkind;
+	}			rels[] = {
+		{p->ingest, RELKIND_PARTITIONED_TABLE},
+		{p->slots[0], RELKIND_RELATION},
+		{p->slots[1], RELKIND_RELATION},
+		{p->state, RELKIND_RELATION},
+		{p->progress, RELKIND_RELATION},
+		{get_relname_relid("aggregates", p->nspid), RELKIND_RELATION},
+		{get_relname_relid("ledger", p->nspid), RELKIND_RELATION},
+		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
+		{p->mode == PIPELINE_ACCUMULATE ? p->seen : p->state, RELKIND_RELATION},
+	};
+	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
+	bool		ok = HeapTupleIsValid(tup) &&
+		((Form_pg_namespace) GETSTRUCT(tup))->nspowner == p->owner;
+
+	if (HeapTupleIsValid(tup))
+		ReleaseSysCache(tup);
+	for (int i = 0; ok && i < lengthof(rels); i++)
+		ok = OidIsValid(rels[i].relid) && get_rel_relkind(rels[i].relid) == rels[i].relkind &&
+			RelationOwner(rels[i].relid) == p->owner;
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("schema or relations of pipeline \"%s\" are not what exactonce made", p->name),
+				 errdetail("They must be tables owned by role %s, the pipeline's owner, in a schema it owns.",
+						   GetUserNameFromId(p->owner, true) ? GetUserNameFromId(p->owner, true) : "(dropped)"),
+				 errhint("Restore them, or drop the pipeline with exactonce.drop_pipeline('%s', force => true).",
+						 p->name)));
+}
+
+/*
  * PipelineFill completes a Pipeline from its registry row.
  */
 static Pipeline *
@@ -334,6 +381,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 				 errmsg("relations of pipeline \"%s\" are missing", p->name),
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
+	CheckOwnership(p);
 	return p;
 }
 
@@ -481,6 +529,44 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * ForcePipelineDrop drops a pipeline without looking inside it: its schema,
+ * if the pipeline's owner owns it (someone else's schema of the same name is
+ * left alone), and its registry row.  It returns false, doing nothing, if
+ * there is no such pipeline or the caller is not its owner, for PipelineLoad
+ * to report.
+ */
+static bool
+ForcePipelineDrop(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Oid			owner;
+	Oid			nspid;
+	HeapTuple	tup;
+	bool		isnull;
+	bool		owned;
+
+	if (SPI_execute_with_args("SELECT owner FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed == 0)
+		return false;
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (!has_privs_of_role(GetUserId(), owner))
+		return false;
+	nspid = get_namespace_oid(name, true);
+	tup = OidIsValid(nspid) ? SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid)) : NULL;
+	owned = tup != NULL && ((Form_pg_namespace) GETSTRUCT(tup))->nspowner == owner;
+	if (tup != NULL)
+		ReleaseSysCache(tup);
+	if (owned && SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
+		elog(ERROR, "could not drop schema of pipeline \"%s\"", name);
+	RegistryExec("DELETE FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+				 1, types, values, 1);
+	return true;
+}
+
+/*
  * exactonce_drop_pipeline drops a pipeline's schema and registry row.
  */
 Datum
@@ -503,11 +589,17 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
+	if (force && ForcePipelineDrop(name))
+	{
+		SpiUnpinSearchPath(nestlevel);
+		SPI_finish();
+		PG_RETURN_VOID();
+	}
 	p = PipelineLoad(name, true);
 
-	/* wait for a batch in progress, and keep new ones out */
+	/* wait for a batch in progress and for inserters, and keep both out */
 	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
-	if (!force)
+	QueueFreeze(p);
 	{
 		int64		queued,
 					staged;

@@ -29,7 +29,12 @@
 
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "utils/acl.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -43,11 +48,14 @@
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 
 /*
- * The slot read by this transaction for one queue; valid until the
- * transaction ends because the transaction holds a lock on the queue.
+ * The slot read for one queue by this (sub)transaction.  It is valid while
+ * the lock taken before reading it is held: until the end of the
+ * subtransaction that took it, since a rollback to a savepoint releases it.
+ * Subtransaction ids are never reused within a transaction.
  */
 static Oid	slot_cache_ingest = InvalidOid;
 static LocalTransactionId slot_cache_lxid = InvalidLocalTransactionId;
+static SubTransactionId slot_cache_subxid = InvalidSubTransactionId;
 static int	slot_cache_slot = 0;
 
 /*
@@ -76,50 +84,94 @@ ReadRotation(Oid progress)
 }
 
 /*
+ * QueueProgress returns the progress table of the queue "ingest", checking
+ * that it is one: a partitioned table named ingest beside an ordinary table
+ * named progress, both of one owner (that of their schema).
+ */
+static Oid
+QueueProgress(Oid ingest)
+{
+	Oid			nspid = get_rel_namespace(ingest);
+	Oid			progress = OidIsValid(nspid) ? get_relname_relid("progress", nspid) : InvalidOid;
+	char	   *name = get_rel_name(ingest);
+
+	if (name == NULL || strcmp(name, "ingest") != 0 ||
+		get_rel_relkind(ingest) != RELKIND_PARTITIONED_TABLE ||
+		!OidIsValid(progress) || get_rel_relkind(progress) != RELKIND_RELATION ||
+		RelationOwner(progress) != RelationOwner(ingest))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation \"%s\" is not the queue of an exactonce pipeline",
+						name ? name : "(none)")));
+	return progress;
+}
+
+/*
  * exactonce_ingest_slot is the default of ingest.ingest_slot: the partition
  * that takes inserts now.  It locks the queue first, so that a worker sealing
- * the other partition waits for this transaction.
+ * the other partition waits for this transaction; only a role that may
+ * insert into the queue may take that lock.
  */
 Datum
 exactonce_ingest_slot(PG_FUNCTION_ARGS)
 {
 	Oid			ingest = PG_GETARG_OID(0);
 	Oid			progress;
+	AclResult	acl;
 
-	if (ingest == slot_cache_ingest && MyProc->lxid == slot_cache_lxid)
+	if (ingest == slot_cache_ingest && MyProc->lxid == slot_cache_lxid &&
+		GetCurrentSubTransactionId() == slot_cache_subxid)
 		PG_RETURN_INT32(slot_cache_slot);
 
+	progress = QueueProgress(ingest);
+	acl = pg_class_aclcheck(ingest, GetUserId(), ACL_INSERT);
+	if (acl != ACLCHECK_OK)
+		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(ingest));
 	LockRelationOid(ingest, RowExclusiveLock);
-	progress = get_relname_relid("progress", get_rel_namespace(ingest));
-	if (!OidIsValid(progress))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"%s\" is not the queue of an exactonce pipeline",
-						get_rel_name(ingest))));
 
 	slot_cache_slot = (int) (ReadRotation(progress) % EXACTONCE_SLOTS);
 	slot_cache_ingest = ingest;
 	slot_cache_lxid = MyProc->lxid;
+	slot_cache_subxid = GetCurrentSubTransactionId();
 	PG_RETURN_INT32(slot_cache_slot);
 }
 
 /*
- * QueueSealed tells, without waiting, whether every transaction that held a
- * lock on the queue (so may have inserted into the partition that no longer
- * takes inserts) has ended.
+ * QueueSealed tells, without waiting, whether the partition of rotation - 1
+ * is sealed: whether every transaction that held a lock on the queue when
+ * the worker first looked after the rotation has ended.  Those are the only
+ * ones that may have read the old rotation; the set is taken once and kept
+ * in *seal (in TopMemoryContext), so that transactions starting later, which
+ * insert into the new partition, cannot keep the old one open forever.
  */
 bool
-QueueSealed(Pipeline *p)
+QueueSealed(Pipeline *p, int64 rotation, SealState **seal)
 {
-	LOCKTAG		tag;
-	VirtualTransactionId *vxids;
+	SealState  *s = *seal;
+	int			kept = 0;
 
-	SET_LOCKTAG_RELATION(tag, MyDatabaseId, p->ingest);
-	vxids = GetLockConflicts(&tag, ShareLock, NULL);
-	for (; VirtualTransactionIdIsValid(*vxids); vxids++)
-		if (!VirtualXactLock(*vxids, false))
-			return false;
-	return true;
+	if (s == NULL || s->rotation != rotation)
+	{
+		LOCKTAG		tag;
+		VirtualTransactionId *vxids;
+		int			n = 0;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, p->ingest);
+		vxids = GetLockConflicts(&tag, ShareLock, &n);
+		if (s != NULL)
+			pfree(s);
+		s = MemoryContextAlloc(TopMemoryContext,
+							   offsetof(SealState, vxids) + sizeof(VirtualTransactionId) * Max(n, 1));
+		s->rotation = rotation;
+		s->n = n;
+		memcpy(s->vxids, vxids, sizeof(VirtualTransactionId) * n);
+		*seal = s;
+	}
+	for (int i = 0; i < s->n; i++)
+		if (!VirtualXactLock(s->vxids[i], false))
+			s->vxids[kept++] = s->vxids[i];
+	s->n = kept;
+	return kept == 0;
 }
 
 /*

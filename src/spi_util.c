@@ -148,6 +148,22 @@ SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types)
 }
 
 /*
+ * RelationOwner returns the owner of a relation, InvalidOid if it is gone.
+ */
+Oid
+RelationOwner(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
  * ExtensionTableOwner returns the owner of table exactonce.<relname>, the
  * role the extension's own statements run as.
  */
@@ -155,8 +171,6 @@ Oid
 ExtensionTableOwner(const char *relname)
 {
 	Oid			relid = get_relname_relid(relname, get_namespace_oid("exactonce", false));
-	HeapTuple	tup;
-	Oid			owner;
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -164,12 +178,7 @@ ExtensionTableOwner(const char *relname)
 				 errmsg("relation \"exactonce.%s\" does not exist", relname),
 				 errdetail("The installed extension script predates the shared library."),
 				 errhint("Recreate the extension: DROP EXTENSION exactonce; CREATE EXTENSION exactonce.")));
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-	return owner;
+	return RelationOwner(relid);
 }
 
 /*

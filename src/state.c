@@ -564,6 +564,20 @@ TooLarge(Numeric value)
 }
 
 /*
+ * CellBytes is the size of an event's dimension values together: the key of
+ * its cell in the aggregates index.
+ */
+static int
+CellBytes(Pipeline *p, Event *ev)
+{
+	int			bytes = 0;
+
+	for (int i = 0; i < p->ndims; i++)
+		bytes += VARSIZE_ANY_EXHDR(DatumGetPointer(ev->dims[i]));
+	return bytes;
+}
+
+/*
  * Validate sends events that no state can take to dead letters; it returns
  * false for those.
  */
@@ -576,11 +590,40 @@ Validate(StateWork *w, Event *ev)
 		AddDead(w, ev, pstrdup("value is infinite"));
 	else if (TooLarge(ev->value))
 		AddDead(w, ev, pstrdup("value is 1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude"));
+	else if (VARSIZE_ANY_EXHDR(ev->key) > EXACTONCE_MAX_KEY_BYTES)
+		AddDead(w, ev, psprintf("key is longer than %d bytes", EXACTONCE_MAX_KEY_BYTES));
+	else if (CellBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
+		AddDead(w, ev, psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES));
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
 		return true;
 	return false;
+}
+
+/*
+ * CheckDirectWrites refuses to write a relation directly if it has more than
+ * its primary key or other columns than the pipeline made: those would not
+ * be maintained (no executor, no defaults).
+ */
+static void
+CheckDirectWrites(Relation rel, int ncolumns)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *indexes = RelationGetIndexList(rel);
+	int			n = 0;
+
+	for (int a = 0; a < desc->natts; a++)
+		if (!TupleDescAttr(desc, a)->attisdropped)
+			n++;
+	if (list_length(indexes) != 1 || n != ncolumns)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s.%s\" has indexes or columns exactonce does not maintain",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail("The pipeline writes this table directly and keeps only its primary key and its own columns."),
+				 errhint("Drop the added indexes or columns; index a copy or a view of the table instead.")));
+	list_free(indexes);
 }
 
 /*
@@ -595,6 +638,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 
 	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
 	w->rel = table_open(p->state, RowExclusiveLock);
+	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims : 7);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
 	w->scan = index_beginscan(w->rel, w->index, snap, 1, 0);
@@ -613,6 +657,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 		w->col_last = ColumnOf(desc, "last_event_time");
 		CheckRights(p->seen, ACL_SELECT | ACL_INSERT);
 		w->seen_rel = table_open(p->seen, RowExclusiveLock);
+		CheckDirectWrites(w->seen_rel, 3);
 		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
 		w->seen_index_info = BuildIndexInfo(w->seen_index);
 		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);

@@ -7,9 +7,10 @@
  * Counters live in each pipeline's progress row and move in the transaction
  * that does the work, so they survive restarts and crashes and always obey
  * ingested = applied + duplicates + stale + dead_lettered.  The view reads
- * them, with a fixed query, as the bootstrap superuser, so that any role can
- * monitor every pipeline (as pg_stat_user_tables lets it) without rights on
- * the pipelines' tables.  The queue is counted without waiting for locks
+ * them, with a fixed query, as each pipeline's owner (never as a superuser:
+ * the tables are the owner's, and CheckOwnership has made sure they are
+ * plain tables), so that any role can monitor every pipeline (as
+ * pg_stat_user_tables lets it) without rights on the pipelines' tables.  The queue is counted without waiting for locks
  * (QueueDepth), so the view never waits behind a drain.
  *
  *-------------------------------------------------------------------------
@@ -17,10 +18,11 @@
 #include "exactonce.h"
 
 #include "catalog/namespace.h"
-#include "catalog/pg_authid.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/resowner.h"
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -109,6 +111,103 @@ WorkerColumns(int32 id, bool paused, Datum *values, bool *nulls)
 }
 
 /*
+ * ReadProgress fills the columns paused .. last_batch_at of one pipeline
+ * (ProgressColumns callback, in a subtransaction).
+ */
+typedef struct ProgressRead
+{
+	int32		id;
+	Datum	   *values;
+	bool	   *nulls;
+} ProgressRead;
+
+static void
+ReadProgress(void *arg)
+{
+	ProgressRead *pr = arg;
+	Pipeline   *p = PipelineLoadById(pr->id);
+	const char *s;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	int64		depth;
+	TimestampTz oldest;
+	bool		isnull;
+	Oid			save_userid;
+	int			save_sec;
+
+	if (p == NULL)
+		return;
+	s = quote_identifier(p->name);
+
+	/* as the pipeline's owner, whose tables these are (CheckOwnership) */
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
+							 " dead_lettered, batches,"
+							 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
+							 " last_batch_at, rotation, drain_rotation, drain_position"
+							 " FROM %s.progress", s, s), true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
+					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
+					   DatumGetInt64(SPI_getbinval(tup, desc, 12, &isnull)), &oldest);
+	SetUserIdAndSecContext(save_userid, save_sec);
+
+	pr->values[4] = SPI_getbinval(tup, desc, 1, &isnull);
+	pr->nulls[4] = false;
+	pr->values[5] = Int64GetDatum(depth);
+	pr->nulls[5] = depth < 0;
+	if (depth >= 0 && oldest != DT_NOEND)
+	{
+		pr->values[6] = TimestampTzGetDatum(oldest);
+		pr->values[7] = DirectFunctionCall2(timestamp_mi,
+											TimestampTzGetDatum(GetCurrentTimestamp()),
+											TimestampTzGetDatum(oldest));
+		pr->nulls[6] = pr->nulls[7] = false;
+	}
+	for (int c = 0; c < 8; c++)
+	{
+		pr->values[8 + c] = SPI_getbinval(tup, desc, c + 2, &isnull);
+		pr->nulls[8 + c] = isnull;
+	}
+}
+
+/*
+ * ProgressColumns reads one pipeline's progress into values; a pipeline
+ * whose relations are broken keeps NULLs there and does not break the view.
+ */
+static void
+ProgressColumns(int32 id, Datum *values, bool *nulls)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ProgressRead pr = {id, values, nulls};
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		ReadProgress(&pr);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		for (int c = 4; c < 16; c++)
+			nulls[c] = true;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+}
+
+/*
  * exactonce_pipeline_stats returns the rows of exactonce.pipelines.
  */
 Datum
@@ -117,8 +216,6 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	SPITupleTable *registry;
 	uint64		npipelines;
-	Oid			save_userid;
-	int			save_sec;
 	int			nestlevel;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -130,14 +227,12 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 	registry = SPI_tuptable;
 	npipelines = SPI_processed;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec);
 	for (uint64 i = 0; i < npipelines; i++)
 	{
 		HeapTuple	reg = registry->vals[i];
 		Datum		values[STATS_COLUMNS];
 		bool		nulls[STATS_COLUMNS];
 		char	   *name = SPI_getvalue(reg, registry->tupdesc, 1);
-		const char *s = quote_identifier(name);
 		bool		isnull;
 
 		memset(nulls, true, sizeof(nulls));
@@ -148,48 +243,8 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		}
 
 		if (OidIsValid(get_namespace_oid(name, true)))
-		{
-			HeapTuple	tup;
-			TupleDesc	desc;
-			Pipeline   *p;
-			int64		depth;
-			TimestampTz oldest;
-
-			SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-								   save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-			p = PipelineLoadById(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)));
-			if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
-									 " dead_lettered, batches,"
-									 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
-									 " last_batch_at, rotation, drain_rotation, drain_position"
-									 " FROM %s.progress", s, s), true, 1) != SPI_OK_SELECT ||
-				SPI_processed != 1)
-				elog(ERROR, "could not read progress of pipeline \"%s\"", name);
-			tup = SPI_tuptable->vals[0];
-			desc = SPI_tuptable->tupdesc;
-			depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
-							   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
-							   DatumGetInt64(SPI_getbinval(tup, desc, 12, &isnull)), &oldest);
-			SetUserIdAndSecContext(save_userid, save_sec);
-
-			values[4] = SPI_getbinval(tup, desc, 1, &isnull);
-			nulls[4] = false;
-			values[5] = Int64GetDatum(depth);
-			nulls[5] = depth < 0;
-			if (depth >= 0 && oldest != DT_NOEND)
-			{
-				values[6] = TimestampTzGetDatum(oldest);
-				values[7] = DirectFunctionCall2(timestamp_mi,
-												TimestampTzGetDatum(GetCurrentTimestamp()),
-												TimestampTzGetDatum(oldest));
-				nulls[6] = nulls[7] = false;
-			}
-			for (int c = 0; c < 8; c++)
-			{
-				values[8 + c] = SPI_getbinval(tup, desc, c + 2, &isnull);
-				nulls[8 + c] = isnull;
-			}
-		}
+			ProgressColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
+							values, nulls);
 		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
 					  !nulls[4] && DatumGetBool(values[4]), &values[16], &nulls[16]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -63,6 +63,7 @@ typedef struct Backoff
 	int32		id;				/* hash key */
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* no step before this */
+	SealState  *seal;			/* inserters the next drain waits for */
 } Backoff;
 
 static HTAB *backoffs = NULL;
@@ -241,21 +242,21 @@ ForgetStats(List *ids)
 static PipelineStat *
 StatFor(int32 id)
 {
-	PipelineStat *free_entry = NULL;
+	PipelineStat *entry = NULL;
 
-	for (int i = 0; i < EXACTONCE_WORKER_PIPELINES; i++)
-	{
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < EXACTONCE_WORKER_PIPELINES && entry == NULL; i++)
 		if (my_slot->pipes[i].id == id)
-			return &my_slot->pipes[i];
-		if (my_slot->pipes[i].id == 0 && free_entry == NULL)
-			free_entry = &my_slot->pipes[i];
-	}
-	if (free_entry)
-	{
-		memset(free_entry, 0, sizeof(PipelineStat));
-		free_entry->id = id;
-	}
-	return free_entry;
+			entry = &my_slot->pipes[i];
+	for (int i = 0; i < EXACTONCE_WORKER_PIPELINES && entry == NULL; i++)
+		if (my_slot->pipes[i].id == 0)
+		{
+			entry = &my_slot->pipes[i];
+			memset(entry, 0, sizeof(PipelineStat));
+			entry->id = id;
+		}
+	LWLockRelease(exactonce_shared->lock);
+	return entry;
 }
 
 /*
@@ -290,7 +291,7 @@ ReleaseSlot(int code, Datum arg)
 static List *
 ServedPipelines(void)
 {
-	List	   *ids = NIL;
+	MemoryContext cxt = CurrentMemoryContext;
 	List	   *mine = NIL;
 	ListCell   *lc;
 
@@ -299,16 +300,19 @@ ServedPipelines(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("exactonce", true)))
 	{
+		List	   *ids;
+
 		SPI_connect();
-		ids = PipelineListIds();
+		ids = PipelineListIds();	/* in SPI's memory, gone at SPI_finish */
+		MemoryContextSwitchTo(cxt);
+		foreach(lc, ids)
+			if (lfirst_int(lc) % my_slot->nworkers == my_slot->index)
+				mine = lappend_int(mine, lfirst_int(lc));
 		SPI_finish();
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-
-	foreach(lc, ids)
-		if (lfirst_int(lc) % my_slot->nworkers == my_slot->index)
-			mine = lappend_int(mine, lfirst_int(lc));
+	MemoryContextSwitchTo(cxt);
 	return mine;
 }
 
@@ -317,9 +321,10 @@ ServedPipelines(void)
  * the pipeline's owner.
  */
 static DrainResult
-StepPipeline(int32 id)
+StepPipeline(int32 id, SealState **seal)
 {
-	DrainResult r = {false, 0, DT_NOEND, false};
+	MemoryContext cxt = CurrentMemoryContext;
+	DrainResult r = {false, 0, DT_NOEND, false, false};
 	Pipeline   *p;
 	Oid			save_userid;
 	int			save_sec;
@@ -337,13 +342,14 @@ StepPipeline(int32 id)
 		GetUserIdAndSecContext(&save_userid, &save_sec);
 		SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
-		r = DrainStep(p);
+		r = DrainStep(p, seal);
 		SetUserIdAndSecContext(save_userid, save_sec);
 	}
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 
 	/* a worker has no idle loop that reports statistics: without them
 	 * autovacuum would never learn about the dead rows in state */
@@ -396,13 +402,13 @@ RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
  * rolling its transaction back.
  */
 static pg_noinline ErrorData *
-TryStep(int32 id, DrainResult *r, MemoryContext cxt)
+TryStep(int32 id, SealState **seal, DrainResult *r, MemoryContext cxt)
 {
 	ErrorData  *volatile err = NULL;
 
 	PG_TRY();
 	{
-		*r = StepPipeline(id);
+		*r = StepPipeline(id, seal);
 	}
 	PG_CATCH();
 	{
@@ -433,7 +439,7 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 	{
 		int32		id = lfirst_int(lc);
 		PipelineStat *st = StatFor(id);
-		DrainResult r = {false, 0, DT_NOEND, false};
+		DrainResult r = {false, 0, DT_NOEND, false, false};
 		ErrorData  *err;
 		Backoff    *b;
 		bool		found;
@@ -445,11 +451,12 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 		{
 			b->failures = 0;
 			b->retry_at = 0;
+			b->seal = NULL;
 		}
 		if (b->retry_at > GetCurrentTimestamp())
 			continue;
 		SetState(WORKER_DRAINING, id);
-		err = TryStep(id, &r, round_cxt);
+		err = TryStep(id, &b->seal, &r, round_cxt);
 		RecordStep(b, st, &r, err);
 		worked |= r.worked;
 		*sealing |= r.sealing;
