@@ -235,7 +235,7 @@ ReduceWithRetry(Pipeline *p)
  * advance the next rotation's partition becomes the one to drain.
  */
 static DrainResult
-DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
+DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance, bool nowait)
 {
 	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
 	int			max = exactonce_batch_size;
@@ -255,6 +255,18 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance)
 	if (r.taken > 0)
 		ProcessBatch(p, events, (int) r.taken, rotation, &counts);
 	exhausted = r.exhausted = r.taken < max;
+
+	/*
+	 * A worker does not wait for a reader of the partition (pg_dump, a long
+	 * query) to truncate it: it keeps its position at the end and tries again
+	 * soon, while its other pipelines go on.
+	 */
+	if (exhausted && nowait &&
+		!ConditionalLockRelationOid(p->slots[slotno], AccessExclusiveLock))
+	{
+		exhausted = r.exhausted = false;
+		r.sealing = true;
+	}
 	if (exhausted)
 	{
 		QueueTruncateSlot(p, slotno);
@@ -278,7 +290,7 @@ DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
 
 	for (;;)
 	{
-		DrainResult r = DrainBatch(p, rotation, position, advance);
+		DrainResult r = DrainBatch(p, rotation, position, advance, false);
 
 		total += r.taken;
 		if (r.exhausted)
@@ -351,7 +363,7 @@ DrainStep(Pipeline *p, SealState **seal)
 			r.sealing = true;
 			return r;
 		}
-		r = DrainBatch(p, drain_rotation, &position, true);
+		r = DrainBatch(p, drain_rotation, &position, true, true);
 		ReduceWithRetry(p);
 		if (position == 0)
 			LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, drain_rotation);

@@ -173,6 +173,24 @@ poll_until $DB "$(drained hold)"
 ok $? "once that transaction commits, hold is drained"
 is "$(q $DB "SELECT total || '/' || keys FROM hold.aggregates WHERE level = 0")" "7/3" "with every event of it, exactly once"
 
+# 11. a long reader of a drained queue partition holds up only that pipeline
+psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('r1', 1, 16, 'x')" >/dev/null
+poll_until $DB "$(drained hold)"
+stop="$EXACTONCE_TEST_DIR/release-reader"
+rm -f "$stop"
+( echo "BEGIN; SELECT count(*) FROM hold.ingest;"
+  while [ ! -e "$stop" ]; do sleep 0.1; done
+  echo "COMMIT;" ) | psql -X -q -d $DB >/dev/null &
+reader=$!
+poll_until $DB "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database())"
+psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('r2', 1, 32, 'x')" -c "INSERT INTO free.ingest (key, version, value, d) VALUES ('g', 1, 8, 'y')" >/dev/null
+poll_until $DB "SELECT total = 16 FROM free.aggregates WHERE level = 0"
+ok $? "with a reader holding pipeline hold's queue, the same worker drains pipeline free"
+touch "$stop"
+wait "$reader"
+poll_until $DB "$(drained hold) AND (SELECT total = 55 FROM hold.aggregates WHERE level = 0)"
+ok $? "once the reader is gone, hold is drained, exactly"
+
 # 9. dropping and recreating the extension while the workers run
 psql -X -q -d $DB2 >/dev/null 2>&1 <<'SQL'
 SET client_min_messages = warning;
