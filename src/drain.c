@@ -239,14 +239,24 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance, bool nowa
 {
 	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
 	int			max = exactonce_batch_size;
-	MemoryContext batch_cxt = AllocSetContextCreate(CurrentMemoryContext,
-													"exactonce batch",
-													ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(batch_cxt);
-	Event	   *events = palloc(sizeof(Event) * max);
+	static MemoryContext batch_cxt = NULL;
+	MemoryContext old;
+	Event	   *events;
 	StageCounts counts = {0};
 	DrainResult r = {true, 0, DT_NOEND, false, false};
 	bool		exhausted;
+
+	/*
+	 * One context for every batch of the backend's life, reset for each; its
+	 * first 8 MB stay allocated, so a batch does not fault its memory in anew.
+	 */
+	if (batch_cxt == NULL)
+		batch_cxt = AllocSetContextCreate(TopMemoryContext, "exactonce batch",
+										  8 * 1024 * 1024, 8 * 1024 * 1024,
+										  8 * 1024 * 1024);
+	MemoryContextReset(batch_cxt);
+	old = MemoryContextSwitchTo(batch_cxt);
+	events = palloc(sizeof(Event) * max);
 
 	CHECK_FOR_INTERRUPTS();
 	r.taken = QueueReadBatch(p, slotno, position, max, events);
@@ -275,7 +285,6 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance, bool nowa
 	ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0,
 				   exhausted && advance ? rotation + 1 : rotation, *position);
 	MemoryContextSwitchTo(old);
-	MemoryContextDelete(batch_cxt);
 	return r;
 }
 

@@ -547,7 +547,7 @@ static bool
 TooLarge(Numeric value)
 {
 	static Numeric limit = NULL;
-	Numeric		magnitude = DatumGetNumeric(DirectFunctionCall1(numeric_abs, NumericGetDatum(value)));
+	static Numeric neglimit = NULL;
 
 	if (limit == NULL)
 	{
@@ -557,10 +557,13 @@ TooLarge(Numeric value)
 													CStringGetDatum("1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE)),
 													ObjectIdGetDatum(InvalidOid),
 													Int32GetDatum(-1)));
+		neglimit = NumericNeg(limit);
 		MemoryContextSwitchTo(old);
 	}
-	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(magnitude),
-											 NumericGetDatum(limit))) >= 0;
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(value),
+											 NumericGetDatum(limit))) >= 0 ||
+		DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(value),
+										  NumericGetDatum(neglimit))) <= 0;
 }
 
 /*
