@@ -242,7 +242,6 @@ extern List *PipelineListIds(void);
 extern void PipelineRequireReadCommitted(const char *what);
 
 /* spi_util.c */
-typedef struct PlanCache PlanCache;
 extern int	SpiPinSearchPath(void);
 extern void SpiUnpinSearchPath(int nestlevel);
 extern SPIPlanPtr SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),

@@ -47,3 +47,21 @@ pg_ctl_as_postgres() {
 		"$PGBIN/pg_ctl" -D "$EXACTONCE_TEST_DIR/data" "$@"
 	fi
 }
+
+# hold_open DB FILE SQL: run SQL in a transaction that stays open, in the
+# background, until FILE exists; sets holder to its pid and waits (bounded)
+# until the session is idle in its transaction
+hold_open() {
+	rm -f "$2"
+	( echo "BEGIN; $3"
+	  while [ ! -e "$2" ]; do sleep 0.1; done
+	  echo "COMMIT;" ) | psql -X -q -d "$1" >/dev/null &
+	holder=$!
+	poll_until "$1" "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database())"
+}
+
+# release FILE: let hold_open's transaction commit, and wait for it
+release() {
+	touch "$1"
+	wait "$holder"
+}

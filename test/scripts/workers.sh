@@ -157,18 +157,11 @@ SELECT exactonce.create_pipeline('free', ARRAY['d']);
 SQL
 is "$(q $DB "SELECT count(DISTINCT worker_pid) FROM exactonce.pipelines WHERE name IN ('hold', 'free')")" 1 "pipelines hold and free share a worker"
 psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('a', 1, 1, 'x')" >/dev/null
-stop="$EXACTONCE_TEST_DIR/release-hold"
-rm -f "$stop"
-( echo "BEGIN; INSERT INTO hold.ingest (key, version, value, d) VALUES ('b', 1, 2, 'x');"
-  while [ ! -e "$stop" ]; do sleep 0.1; done
-  echo "COMMIT;" ) | psql -X -q -d $DB >/dev/null &
-holder=$!
-poll_until $DB "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database())"
+hold_open $DB "$EXACTONCE_TEST_DIR/release-hold" "INSERT INTO hold.ingest (key, version, value, d) VALUES ('b', 1, 2, 'x');"
 psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('c', 1, 4, 'x')" -c "INSERT INTO free.ingest (key, version, value, d) VALUES ('f', 1, 8, 'y')" >/dev/null
 poll_until $DB "$(drained free)"
 ok $? "with a transaction open on pipeline hold, the same worker drains pipeline free"
-touch "$stop"
-wait "$holder"
+release "$EXACTONCE_TEST_DIR/release-hold"
 poll_until $DB "$(drained hold)"
 ok $? "once that transaction commits, hold is drained"
 is "$(q $DB "SELECT total || '/' || keys FROM hold.aggregates WHERE level = 0")" "7/3" "with every event of it, exactly once"
@@ -176,18 +169,11 @@ is "$(q $DB "SELECT total || '/' || keys FROM hold.aggregates WHERE level = 0")"
 # 11. a long reader of a drained queue partition holds up only that pipeline
 psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('r1', 1, 16, 'x')" >/dev/null
 poll_until $DB "$(drained hold)"
-stop="$EXACTONCE_TEST_DIR/release-reader"
-rm -f "$stop"
-( echo "BEGIN; SELECT count(*) FROM hold.ingest;"
-  while [ ! -e "$stop" ]; do sleep 0.1; done
-  echo "COMMIT;" ) | psql -X -q -d $DB >/dev/null &
-reader=$!
-poll_until $DB "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database())"
+hold_open $DB "$EXACTONCE_TEST_DIR/release-reader" "SELECT count(*) FROM hold.ingest;"
 psql -X -q -d $DB -c "INSERT INTO hold.ingest (key, version, value, d) VALUES ('r2', 1, 32, 'x')" -c "INSERT INTO free.ingest (key, version, value, d) VALUES ('g', 1, 8, 'y')" >/dev/null
 poll_until $DB "SELECT total = 16 FROM free.aggregates WHERE level = 0"
 ok $? "with a reader holding pipeline hold's queue, the same worker drains pipeline free"
-touch "$stop"
-wait "$reader"
+release "$EXACTONCE_TEST_DIR/release-reader"
 poll_until $DB "$(drained hold) AND (SELECT total = 55 FROM hold.aggregates WHERE level = 0)"
 ok $? "once the reader is gone, hold is drained, exactly"
 
