@@ -15,7 +15,7 @@ EXCEPTION WHEN others THEN
 END $$;
 
 SELECT exactonce.create_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk']);
-SELECT exactonce.create_pipeline('runs', ARRAY['user_id'], 'accumulate');
+SELECT exactonce.create_pipeline('runs', ARRAY['user_id'], 'accumulate', shards => 3);
 
 -- the relations and their columns
 SELECT c.relname, c.relkind
@@ -35,9 +35,10 @@ SELECT attname FROM pg_attribute
 WHERE attrelid = 'trades.dead_letters'::regclass AND attnum > 0 AND NOT attisdropped
 ORDER BY attnum;
 
-SELECT name, mode, dimensions, paused, queued, ingested, applied, duplicates, stale,
+SELECT name, mode, dimensions, shards, paused, queued, ingested, applied, duplicates, stale,
 	   dead_lettered, batches, staged
 FROM exactonce.pipelines ORDER BY name;
+SELECT shard, drain_rotation, drain_position FROM runs.shard ORDER BY shard;
 
 -- pause and resume
 SELECT exactonce.pause('trades');
@@ -61,6 +62,8 @@ SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['version'])$$)
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a b'])$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], 'sum')$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], shards => 0)$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], shards => 65)$$);
 SELECT pg_temp.err($$SELECT exactonce.flush('nope')$$);
 SELECT pg_temp.err($$SELECT exactonce.pause('nope')$$);
 SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('nope')$$);

@@ -4,8 +4,10 @@ SET client_min_messages = warning;
 \set VERBOSITY terse
 SELECT exactonce.create_pipeline('q', ARRAY['d']);
 
--- inserts land in the partition that progress.rotation names
-SELECT rotation, drain_rotation, drain_position FROM q.progress;
+-- inserts land in the partition that progress.rotation names; each key
+-- shard keeps its own drain position
+SELECT rotation, drain_rotation FROM q.progress;
+SELECT shard, drain_rotation, drain_position FROM q.shard ORDER BY shard;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 5000) i;
 SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1;
 
@@ -74,6 +76,18 @@ INSERT INTO q.ingest (key, version, value, d, event_time) VALUES ('late', 1, 1, 
 SELECT queued, lag >= interval '1 hour' AS lagging FROM exactonce.pipelines WHERE name = 'q';
 SELECT exactonce.flush('q');
 SELECT queued, lag FROM exactonce.pipelines WHERE name = 'q';
+
+-- a partition sealed by a rotation is drained shard by shard, then the
+-- partition taking inserts; both end truncated and every shard at the start
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 20, 2, 'z' FROM generate_series(1, 300) i;
+UPDATE q.progress SET rotation = rotation + 1;
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 21, 3, 'z' FROM generate_series(1, 200) i;
+SELECT queued FROM exactonce.pipelines WHERE name = 'q';
+SELECT exactonce.flush('q');
+SELECT count(*) FROM q.ingest;
+SELECT p.rotation = p.drain_rotation AS truncated, bool_and(s.drain_rotation = p.rotation AND s.drain_position = 0) AS shards_at_start
+FROM q.progress p, q.shard s GROUP BY p.rotation, p.drain_rotation;
+SELECT sum(value) = 200 * 3 + 100 * 2 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
 
 SELECT exactonce.drop_pipeline('q');
 DROP EXTENSION exactonce;

@@ -16,8 +16,9 @@
  *	   transaction: it is about the environment, not about the events.
  * Nothing is lost either way, and a poison event never blocks its queue.
  *
- * The queue position and the counters move in the transaction that applies
- * the batch, so after a crash the batch is either wholly done or not at all.
+ * The shard's queue position and the counters move in the transaction that
+ * applies the batch, so after a crash the batch is either wholly done or not
+ * at all.
  *
  *-------------------------------------------------------------------------
  */
@@ -229,22 +230,19 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainBatch takes one batch from a partition, from *position on, through
- * state and map, and records the position and counts it reached.  When the
- * batch comes up short the partition is exhausted: it is truncated, and with
- * advance the next rotation's partition becomes the one to drain.
+ * DrainBatch takes one batch of a shard's events (all events for shard -1)
+ * from a partition, from *position on, through state and map, adding what
+ * happened to counts.  It moves *position past the rows it read; when the
+ * batch comes up short the partition is exhausted for the shard.
  */
 static DrainResult
-DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance, bool nowait)
+DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts *counts)
 {
-	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
 	int			max = exactonce_batch_size;
 	static MemoryContext batch_cxt = NULL;
 	MemoryContext old;
 	Event	   *events;
-	StageCounts counts = {0};
-	DrainResult r = {true, 0, DT_NOEND, false, false};
-	bool		exhausted;
+	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 
 	/*
 	 * One context for every batch of the backend's life, reset for each; its
@@ -259,48 +257,33 @@ DrainBatch(Pipeline *p, int64 rotation, int64 *position, bool advance, bool nowa
 	events = palloc(sizeof(Event) * max);
 
 	CHECK_FOR_INTERRUPTS();
-	r.taken = QueueReadBatch(p, slotno, position, max, events);
+	r.taken = QueueReadBatch(p, (int) (rotation % EXACTONCE_SLOTS), shard, position, max, events);
 	for (int i = 0; i < r.taken; i++)
 		r.oldest = Min(r.oldest, events[i].event_time);
 	if (r.taken > 0)
-		ProcessBatch(p, events, (int) r.taken, rotation, &counts);
-	exhausted = r.exhausted = r.taken < max;
-
-	/*
-	 * A worker does not wait for a reader of the partition (pg_dump, a long
-	 * query) to truncate it: it keeps its position at the end and tries again
-	 * soon, while its other pipelines go on.
-	 */
-	if (exhausted && nowait &&
-		!ConditionalLockRelationOid(p->slots[slotno], AccessExclusiveLock))
-	{
-		exhausted = r.exhausted = false;
-		r.sealing = true;
-	}
-	if (exhausted)
-	{
-		QueueTruncateSlot(p, slotno);
-		*position = 0;
-	}
-	ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0,
-				   exhausted && advance ? rotation + 1 : rotation, *position);
+		ProcessBatch(p, events, (int) r.taken, rotation, counts);
+	r.exhausted = r.taken < max;
+	r.worked = r.taken > 0 || r.exhausted;
 	MemoryContextSwitchTo(old);
 	return r;
 }
 
 /*
- * DrainSlot drains one partition from *position to its end, batch by batch,
- * and returns the number of events taken.
+ * DrainSlot drains a partition for one shard (all, for shard -1) from
+ * *position to its end, batch by batch, recording each batch's counts, and
+ * returns the number of events taken.
  */
 static int64
-DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
+DrainSlot(Pipeline *p, int shard, int64 rotation, int64 *position)
 {
 	int64		total = 0;
 
 	for (;;)
 	{
-		DrainResult r = DrainBatch(p, rotation, position, advance, false);
+		StageCounts counts = {0};
+		DrainResult r = DrainBatch(p, shard, rotation, position, &counts);
 
+		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		total += r.taken;
 		if (r.exhausted)
 			return total;
@@ -309,55 +292,119 @@ DrainSlot(Pipeline *p, int64 rotation, int64 *position, bool advance)
 
 /*
  * DrainPipeline takes every committed event of the queue through the three
- * stages, in this transaction, and returns how many it took.  The queue is
- * frozen for the rest of the transaction.
+ * stages, in this transaction, and returns how many it took.  The pipeline
+ * and its queue are locked for the rest of the transaction.
  */
 int64
-DrainPipeline(Pipeline *p, bool whole_queue)
+DrainPipeline(Pipeline *p)
 {
+	int64		rotations[EXACTONCE_MAX_SHARDS],
+				positions[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
 				drain_rotation,
-				position;
+				position = 0;
 	bool		paused;
 	int64		total = 0;
 
-	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
-	if (whole_queue)
-		QueueFreeze(p);
+	ShardsRead(p, true, rotations, positions);
+	ProgressLock(p, &rotation, &drain_rotation, &paused);
+	QueueFreeze(p);
 
-	/* partitions a worker sealed, then (frozen) the one taking inserts */
-	for (; drain_rotation < rotation; drain_rotation++)
-		total += DrainSlot(p, drain_rotation, &position, true);
-	if (whole_queue)
-		total += DrainSlot(p, rotation, &position, false);
+	/* what each shard has left of the partition a worker sealed ... */
+	for (int s = 0; s < p->nshards; s++)
+	{
+		for (; rotations[s] < rotation; rotations[s]++, positions[s] = 0)
+			total += DrainSlot(p, s, rotations[s], &positions[s]);
+		ShardRecord(p, s, rotation, 0);
+	}
+	if (drain_rotation < rotation)
+		QueueTruncateSlot(p, (int) (drain_rotation % EXACTONCE_SLOTS));
+
+	/* ... then, frozen, the partition taking inserts, all shards at once */
+	total += DrainSlot(p, -1, rotation, &position);
+	QueueTruncateSlot(p, (int) (rotation % EXACTONCE_SLOTS));
+	ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
 
 	ReduceWithRetry(p);
 
 	/* tokens of truncated partitions can never be staged again */
-	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, whole_queue ? rotation : drain_rotation - 1);
+	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
 	return total;
 }
 
 /*
- * DrainStep is one unit of a worker's work on a pipeline, for one
- * transaction: drain a batch of the sealed partition and reduce it, or, with
- * nothing sealed left and rows waiting, rotate the queue so that the
- * partition taking inserts gets sealed.
+ * FinishRotation is the step of a shard that has drained every sealed
+ * partition: once all shards have, it truncates the oldest partition, and
+ * when the partition taking inserts has rows, it rotates the queue so that
+ * the shards can drain it.  The caller holds the progress row lock.
+ */
+static DrainResult
+FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
+{
+	DrainResult r = {false, 0, DT_NOEND, false, false, false};
+
+	if (drain_rotation < rotation)
+	{
+		int64		rotations[EXACTONCE_MAX_SHARDS],
+					positions[EXACTONCE_MAX_SHARDS];
+		int			slotno = (int) (drain_rotation % EXACTONCE_SLOTS);
+
+		/* the last shard to finish does this */
+		ShardsRead(p, false, rotations, positions);
+		for (int s = 0; s < p->nshards; s++)
+			if (rotations[s] < rotation)
+				return r;
+
+		/*
+		 * Do not wait for a reader of the partition (pg_dump, a long query)
+		 * to truncate it: try again soon, while other pipelines go on.
+		 */
+		if (!ConditionalLockRelationOid(p->slots[slotno], AccessExclusiveLock))
+		{
+			r.sealing = true;
+			return r;
+		}
+		QueueTruncateSlot(p, slotno);
+		ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
+		LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, drain_rotation);
+		r.worked = true;
+	}
+	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
+	{
+		ProgressRotate(p);
+		r.worked = r.rotated = true;
+	}
+	return r;
+}
+
+/*
+ * DrainStep is one unit of a worker's work on a shard of a pipeline, for one
+ * transaction: drain a batch of the shard's keys from the sealed partition
+ * and reduce it, or, with nothing sealed left for the shard, finish the
+ * rotation (FinishRotation).
+ *
+ * The shard's row lock, taken first and held throughout, makes the worker
+ * the only writer of the shard's keys in state, so shards run their state
+ * and map stages in parallel.  The progress row lock, taken last, serializes
+ * reduce, the counters and rotations; it is held only from reduce to commit.
  */
 DrainResult
-DrainStep(Pipeline *p, SealState **seal)
+DrainStep(Pipeline *p, int shard, SealState **seal)
 {
 	int64		rotation,
 				drain_rotation,
+				shard_rotation,
 				position;
 	bool		paused;
-	DrainResult r = {false, 0, DT_NOEND, false, false};
+	StageCounts counts = {0};
+	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 
-	ProgressLock(p, &rotation, &drain_rotation, &position, &paused);
+	ShardLock(p, shard, &shard_rotation, &position);
+	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
 
-	if (drain_rotation < rotation)
+	if (shard_rotation < rotation)
 	{
 		/*
 		 * The partition is sealed once no transaction may insert into it:
@@ -372,19 +419,21 @@ DrainStep(Pipeline *p, SealState **seal)
 			r.sealing = true;
 			return r;
 		}
-		r = DrainBatch(p, drain_rotation, &position, true, true);
+		r = DrainBatch(p, shard, shard_rotation, &position, &counts);
+		if (r.exhausted)
+			ShardRecord(p, shard, shard_rotation + 1, 0);
+		else
+			ShardRecord(p, shard, shard_rotation, position);
+		ProgressLock(p, &rotation, &drain_rotation, &paused);
+		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);
-		if (position == 0)
-			LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, drain_rotation);
 		return r;
 	}
 
-	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
-	{
-		ProgressRotate(p);
-		r.worked = true;
-	}
-	return r;
+	ProgressLock(p, &rotation, &drain_rotation, &paused);
+	if (paused)
+		return r;
+	return FinishRotation(p, rotation, drain_rotation);
 }
 
 /*
@@ -402,7 +451,7 @@ exactonce_flush(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	taken = DrainPipeline(p, true);
+	taken = DrainPipeline(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(taken);

@@ -18,7 +18,7 @@
 PG_MODULE_MAGIC;
 
 char	   *exactonce_database = NULL;
-int			exactonce_workers = 1;
+int			exactonce_workers = 2;
 int			exactonce_batch_size = 10000;
 int			exactonce_naptime = 1000;
 
@@ -42,9 +42,9 @@ DefineSettings(void)
 
 	DefineCustomIntVariable("exactonce.workers",
 							"Number of drain workers per database.",
-							NULL,
+							"The shards of a pipeline are spread over them, so a pipeline with two shards uses two workers.",
 							&exactonce_workers,
-							1, 0, 64,
+							2, 0, 64,
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);

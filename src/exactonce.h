@@ -35,6 +35,7 @@
 
 #define EXACTONCE_MAX_DIMENSIONS	16
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
+#define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained in parallel */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
 #define EXACTONCE_MAX_MAGNITUDE		1000	/* values must be below 1e1000 */
 #define EXACTONCE_MAX_KEY_BYTES		2000	/* keys, and cells, must fit in a btree entry */
@@ -79,6 +80,8 @@ typedef struct Pipeline
 	Oid			seen;			/* accumulate mode only */
 	Oid			seen_pkey;
 	Oid			progress;
+	Oid			shard;			/* drain position of each shard */
+	int			nshards;
 } Pipeline;
 
 /* One event, from the queue or from a caller's array. */
@@ -194,7 +197,7 @@ typedef struct WorkerSlot
 {
 	pid_t		pid;
 	Oid			dboid;
-	int			index;			/* serves pipelines with id % nworkers == index */
+	int			index;			/* serves the shards of pipelines WorkerServes says */
 	int			nworkers;
 	Latch	   *latch;
 	WorkerState state;
@@ -238,7 +241,7 @@ typedef struct SealState
 /* pipeline.c */
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id);
-extern List *PipelineListIds(void);
+extern List *PipelineListIds(List **shards);
 extern void PipelineRequireReadCommitted(const char *what);
 
 /* spi_util.c */
@@ -251,10 +254,17 @@ extern Datum TextArray(Datum *elems, bool *nulls, int n);
 extern Datum Int8Array(int64 *elems, int n);
 extern Datum NumericArray(Numeric *elems, int n);
 extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
-						 int64 *drain_position, bool *paused);
+						 bool *paused);
+extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+						 bool *paused);
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
-						   int64 drain_rotation, int64 drain_position);
+						   int64 drain_rotation);
 extern void ProgressRotate(Pipeline *p);
+extern void ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position);
+extern void ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions);
+extern void ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position);
+extern void PipelineLockAll(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+							bool *paused);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
 extern SPIPlanPtr SpiKeepPlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types);
 extern Oid	ExtensionTableOwner(const char *relname);
@@ -271,6 +281,11 @@ enum
 	PLAN_PROGRESS_LOCK,
 	PLAN_PROGRESS_ADD,
 	PLAN_PROGRESS_ROTATE,
+	PLAN_PROGRESS_READ,
+	PLAN_SHARD_LOCK,
+	PLAN_SHARD_READ,
+	PLAN_SHARD_READ_LOCK,
+	PLAN_SHARD_SET,
 	PLAN_DEAD_LETTER,
 	PLAN_QUEUE_INSERT,
 	PLAN_LEDGER_STAGE,
@@ -296,14 +311,16 @@ enum
 extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
 extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,
 								 AttrNumber *attnums, Event *ev);
-extern int	QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max,
-						   Event *events);
+extern int	KeyShard(Pipeline *p, text *key);
+extern int	QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position,
+						   int max, Event *events);
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-					   int64 position, TimestampTz *oldest);
+					   int64 *shard_rotations, int64 *shard_positions,
+					   TimestampTz *oldest);
 
 /* state.c */
 extern Event *EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents);
@@ -330,10 +347,22 @@ typedef struct DrainResult
 	TimestampTz oldest;			/* oldest event_time taken */
 	bool		sealing;		/* waits for inserters to end: look again soon */
 	bool		exhausted;		/* the partition had no more rows */
+	bool		rotated;		/* sent inserts to the other partition */
 } DrainResult;
 
-extern int64 DrainPipeline(Pipeline *p, bool whole_queue);
-extern DrainResult DrainStep(Pipeline *p, SealState **seal);
+extern int64 DrainPipeline(Pipeline *p);
+extern DrainResult DrainStep(Pipeline *p, int shard, SealState **seal);
+
+/*
+ * WorkerServes tells whether drain worker index (of nworkers) drains shard
+ * of pipeline id: the shards of a pipeline go to consecutive workers, so
+ * with as many workers as shards each shard has a core of its own.
+ */
+static inline bool
+WorkerServes(int32 id, int shard, int nworkers, int index)
+{
+	return (id + shard) % nworkers == index;
+}
 
 /* fault.c */
 extern void FaultInit(void);

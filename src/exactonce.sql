@@ -18,6 +18,8 @@ CREATE TABLE exactonce.pipeline (
 		CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['latest', 'accumulate'])),
 	dimensions	text[] NOT NULL,
 	owner		regrole NOT NULL,
+	shards		integer NOT NULL DEFAULT 2
+		CHECK (shards OPERATOR(pg_catalog.>=) 1 AND shards OPERATOR(pg_catalog.<=) 64),
 	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE exactonce.pipeline IS
@@ -44,12 +46,13 @@ COMMENT ON TYPE exactonce.delta IS
 /* Pipelines */
 
 CREATE FUNCTION exactonce.create_pipeline(name text, dimensions text[],
-										  mode text DEFAULT 'latest')
+										  mode text DEFAULT 'latest',
+										  shards integer DEFAULT 2)
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_create_pipeline'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text) IS
-	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger and progress';
+COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer) IS
+	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel';
 
 CREATE FUNCTION exactonce.drop_pipeline(name text, force boolean DEFAULT false)
 RETURNS void
@@ -157,7 +160,8 @@ CREATE FUNCTION exactonce.pipeline_stats(
 	OUT worker_state text,
 	OUT latency_p50 interval,
 	OUT latency_p99 interval,
-	OUT last_error text)
+	OUT last_error text,
+	OUT shards integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'exactonce_pipeline_stats'
 LANGUAGE C VOLATILE;
@@ -167,7 +171,7 @@ COMMENT ON FUNCTION exactonce.pipeline_stats() IS
 CREATE VIEW exactonce.pipelines AS
 	SELECT * FROM exactonce.pipeline_stats();
 COMMENT ON VIEW exactonce.pipelines IS
-	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid and state, insert-to-aggregate latency p50 and p99 of the last 100 batches, last error';
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards';
 
 GRANT SELECT ON exactonce.pipelines TO PUBLIC;
 

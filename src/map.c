@@ -467,7 +467,7 @@ exactonce_map_stage(PG_FUNCTION_ARGS)
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
 	deltas = DeltasFromArray(p, PG_GETARG_ARRAYTYPE_P(1), &ndeltas);
-	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	ProgressLock(p, &dummy, &dummy, &paused);
 	staged = MapStage(p, deltas, ndeltas, source, position, token);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();

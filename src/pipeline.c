@@ -161,7 +161,7 @@ AppendDims(StringInfo sql, char **dims, int ndims, bool not_null)
  * BuildPipelineDDL returns the statements that create a pipeline's schema.
  */
 static char *
-BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
+BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, int nshards)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(name);
@@ -177,7 +177,6 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 					 " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),"
 					 " rotation bigint NOT NULL DEFAULT 0,"
 					 " drain_rotation bigint NOT NULL DEFAULT 0,"
-					 " drain_position bigint NOT NULL DEFAULT 0,"
 					 " paused boolean NOT NULL DEFAULT false,"
 					 " ingested bigint NOT NULL DEFAULT 0,"
 					 " applied bigint NOT NULL DEFAULT 0,"
@@ -188,8 +187,20 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode)
 					 " last_batch_at timestamptz"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.progress DEFAULT VALUES;\n"
-					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue position and counters of this pipeline (one row)';\n",
-					 s, s, s);
+					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue rotation and counters of this pipeline (one row)';\n"
+					 "COMMENT ON COLUMN %s.progress.drain_rotation IS 'exactonce: the oldest rotation whose queue partition is not truncated yet';\n",
+					 s, s, s, s);
+
+	/* shard: one row per key shard, each updated by every batch of its own */
+	appendStringInfo(&sql,
+					 "CREATE TABLE %s.shard ("
+					 " shard integer PRIMARY KEY,"
+					 " drain_rotation bigint NOT NULL DEFAULT 0,"
+					 " drain_position bigint NOT NULL DEFAULT 0"
+					 ") WITH (fillfactor = 10);\n"
+					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"
+					 "COMMENT ON TABLE %s.shard IS 'exactonce: drain position of each key shard (the rotation it drains and the last queue TID it took there)';\n",
+					 s, s, nshards - 1, s);
 
 	/* ingest: the queue, two partitions that take turns */
 	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
@@ -311,6 +322,7 @@ CheckOwnership(Pipeline *p)
 		{p->slots[1], RELKIND_RELATION},
 		{p->state, RELKIND_RELATION},
 		{p->progress, RELKIND_RELATION},
+		{p->shard, RELKIND_RELATION},
 		{get_relname_relid("aggregates", p->nspid), RELKIND_RELATION},
 		{get_relname_relid("ledger", p->nspid), RELKIND_RELATION},
 		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
@@ -357,6 +369,9 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	for (int i = 0; i < n; i++)
 		p->dims[i] = TextDatumGetCString(elems[i]);
 	p->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
+	p->nshards = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	if (p->nshards < 1 || p->nshards > EXACTONCE_MAX_SHARDS)
+		elog(ERROR, "pipeline \"%s\" has %d shards", p->name, p->nshards);
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -373,7 +388,9 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->seen = get_relname_relid("seen", p->nspid);
 	p->seen_pkey = get_relname_relid("seen_pkey", p->nspid);
 	p->progress = get_relname_relid("progress", p->nspid);
+	p->shard = get_relname_relid("shard", p->nspid);
 	if (!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
+		!OidIsValid(p->shard) ||
 		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||
 		(p->mode == PIPELINE_ACCUMULATE && !OidIsValid(p->seen_pkey)))
 		ereport(ERROR,
@@ -385,7 +402,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	return p;
 }
 
-#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner"
+#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -437,21 +454,24 @@ PipelineLoadById(int32 id)
 }
 
 /*
- * PipelineListIds returns the ids of all pipelines, oldest first.
+ * PipelineListIds returns the ids of all pipelines, oldest first, and in
+ * *shards their numbers of shards.
  */
 List *
-PipelineListIds(void)
+PipelineListIds(List **shards)
 {
 	List	   *ids = NIL;
 
-	if (SPI_execute("SELECT id FROM exactonce.pipeline ORDER BY id", true, 0) != SPI_OK_SELECT)
+	*shards = NIL;
+	if (SPI_execute("SELECT id, shards FROM exactonce.pipeline ORDER BY id", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
 		bool		isnull;
 
-		ids = lappend_int(ids, DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
-														   SPI_tuptable->tupdesc, 1, &isnull)));
+		ids = lappend_int(ids, DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)));
+		*shards = lappend_int(*shards, DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
 	}
 	return ids;
 }
@@ -481,18 +501,25 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
 	int			ndims;
 	PipelineMode mode;
+	int			nshards;
 	int			nestlevel;
-	Oid			types[4] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID};
-	Datum		values[4];
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID};
+	Datum		values[5];
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("name, dimensions and mode of a pipeline must not be NULL")));
+				 errmsg("name, dimensions, mode and shards of a pipeline must not be NULL")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", name);
 	mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), dims);
+	nshards = PG_GETARG_INT32(3);
+	if (nshards < 1 || nshards > EXACTONCE_MAX_SHARDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline has between 1 and %d shards, not %d", EXACTONCE_MAX_SHARDS, nshards),
+				 errhint("Shards are drained in parallel, each by one worker: one per core the pipeline may use.")));
 
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
@@ -513,15 +540,16 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 				 errdetail("A pipeline creates and owns a schema of its own name."),
 				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
 
-	if (SPI_execute(BuildPipelineDDL(name, dims, ndims, mode), false, 0) < 0)
+	if (SPI_execute(BuildPipelineDDL(name, dims, ndims, mode, nshards), false, 0) < 0)
 		elog(ERROR, "could not create the relations of pipeline \"%s\"", name);
 
 	values[1] = CStringGetTextDatum(mode == PIPELINE_LATEST ? "latest" : "accumulate");
 	values[2] = PG_GETARG_DATUM(1);
 	values[3] = ObjectIdGetDatum(GetUserId());
-	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner)"
-				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole)",
-				 4, types, values, 1);
+	values[4] = Int32GetDatum(nshards);
+	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards)"
+				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5)",
+				 5, types, values, 1);
 
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
@@ -597,8 +625,8 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	}
 	p = PipelineLoad(name, true);
 
-	/* wait for a batch in progress and for inserters, and keep both out */
-	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	/* wait for batches in progress and for inserters, and keep both out */
+	PipelineLockAll(p, &dummy, &dummy, &paused);
 	QueueFreeze(p);
 	{
 		int64		queued,
@@ -639,10 +667,14 @@ SetPaused(const char *name, bool paused)
 {
 	Pipeline   *p;
 	int			nestlevel;
+	int64		dummy;
+	bool		was_paused;
 
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
+	/* pause waits for the batches in progress */
+	PipelineLockAll(p, &dummy, &dummy, &was_paused);
 	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
 							 quote_identifier(p->name), paused ? "true" : "false"),
 					false, 0) != SPI_OK_UPDATE)

@@ -18,10 +18,13 @@
  *	   before it reads the rotation with a fresh snapshot.
  *
  * A sealed partition never changes, so its rows are read in TID order in
- * batches, progress.drain_position remembering the last TID taken, in the
- * same transaction as the batch's effects.  The transaction that takes the
- * last row truncates the partition, which returns its space at once, however
- * old the oldest open snapshot is.  Nothing deletes queue rows one by one.
+ * batches.  Keys are split into shards by a hash (KeyShard), and the shards
+ * are drained independently, each by one worker: a shard reads the rows of
+ * its keys and skips the others, and its row in table shard remembers the
+ * last TID it took, moved in the same transaction as the batch's effects.
+ * Once every shard has passed the end, the partition is truncated, which
+ * returns its space at once, however old the oldest open snapshot is.
+ * Nothing deletes queue rows one by one.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +35,7 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "utils/acl.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -272,12 +276,45 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 }
 
 /*
- * QueueReadBatch reads up to max events of a sealed partition that follow
- * *position (a TID as block << 16 | offset, 0 before the first row), and
- * advances *position to the last one read.
+ * KeyShard returns the shard of a key: a hash of its bytes, which is stable
+ * for as long as the server's binaries are the same.
  */
 int
-QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max, Event *events)
+KeyShard(Pipeline *p, text *key)
+{
+	if (p->nshards == 1)
+		return 0;
+	return (int) (hash_bytes((const unsigned char *) VARDATA_ANY(key),
+							 VARSIZE_ANY_EXHDR(key)) % (uint32) p->nshards);
+}
+
+/*
+ * PositionTid turns a drain position (a TID as block << 16 | offset, 0
+ * before the first row) into the first TID after it.
+ */
+static void
+PositionTid(int64 position, ItemPointer tid)
+{
+	ItemPointerSet(tid, (BlockNumber) (position >> 16),
+				   (OffsetNumber) ((position & 0xFFFF) + 1));
+}
+
+/*
+ * TidPosition turns a TID into a drain position.
+ */
+static int64
+TidPosition(ItemPointer tid)
+{
+	return ((int64) ItemPointerGetBlockNumber(tid) << 16) | ItemPointerGetOffsetNumber(tid);
+}
+
+/*
+ * QueueReadBatch reads up to max events of a sealed partition that follow
+ * *position, those of one shard's keys (of all keys for shard -1), and
+ * advances *position to the last row read.
+ */
+int
+QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Event *events)
 {
 	Relation	rel = table_open(p->slots[slotno], AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -289,8 +326,7 @@ QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max, Event *events)
 	int			n = 0;
 
 	EventAttnums(p, RelationGetDescr(rel), attnums);
-	ItemPointerSet(&mintid, (BlockNumber) (*position >> 16),
-				   (OffsetNumber) ((*position & 0xFFFF) + 1));
+	PositionTid(*position, &mintid);
 	ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
 	scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
 	slot = table_slot_create(rel, NULL);
@@ -298,13 +334,17 @@ QueueReadBatch(Pipeline *p, int slotno, int64 *position, int max, Event *events)
 	while (n < max && table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
 	{
 		Event	   *ev = &events[n];
-		const char *missing = EventFromSlot(p, slot, attnums, ev);
+		const char *missing;
+		bool		isnull;
 
+		*position = TidPosition(&slot->tts_tid);
+		if (shard >= 0 && p->nshards > 1 &&
+			KeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
+			continue;
+		missing = EventFromSlot(p, slot, attnums, ev);
 		if (missing)
 			elog(ERROR, "queue row of pipeline \"%s\" has no %s", p->name, missing);
 		ev->ord = n++;
-		*position = ((int64) ItemPointerGetBlockNumber(&slot->tts_tid) << 16) |
-			ItemPointerGetOffsetNumber(&slot->tts_tid);
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
@@ -328,16 +368,15 @@ QueueHasRows(Pipeline *p, int slotno)
 }
 
 /*
- * QueueDepth counts the rows waiting in the queue (those of the partition
- * being drained that follow the drain position, and those of the partition
- * taking inserts) and finds the oldest waiting event_time.  It never waits
- * for a lock: while a partition is locked exclusively (a drain truncating it
- * after its last batch, until that commits or rolls back) the depth is
- * unknown and it returns -1.
+ * QueueDepth counts the rows waiting in the queue (those of the partitions
+ * not truncated yet that a shard has still to take) and finds the oldest
+ * waiting event_time.  It never waits for a lock: while a partition is
+ * locked exclusively (a drain truncating it, until that commits or rolls
+ * back) the depth is unknown and it returns -1.
  */
 int64
-QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation, int64 position,
-		   TimestampTz *oldest)
+QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
+		   int64 *shard_rotations, int64 *shard_positions, TimestampTz *oldest)
 {
 	int64		depth = 0;
 
@@ -345,29 +384,36 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation, int64 position,
 	for (int64 r = drain_rotation; r <= rotation; r++)
 	{
 		Oid			relid = p->slots[r % EXACTONCE_SLOTS];
-		int64		from = r == drain_rotation ? position : 0;
 		Relation	rel;
 		Snapshot	snap;
 		ItemPointerData mintid,
 					maxtid;
 		TableScanDesc scan;
 		TupleTableSlot *slot;
-		AttrNumber	attnum;
+		AttrNumber	key_attnum,
+					time_attnum;
 
 		if (!ConditionalLockRelationOid(relid, AccessShareLock))
 			return -1;
 		rel = table_open(relid, NoLock);
-		attnum = get_attnum(relid, "event_time");
+		key_attnum = get_attnum(relid, "key");
+		time_attnum = get_attnum(relid, "event_time");
 		snap = RegisterSnapshot(GetLatestSnapshot());
-		ItemPointerSet(&mintid, (BlockNumber) (from >> 16), (OffsetNumber) ((from & 0xFFFF) + 1));
+		ItemPointerSet(&mintid, 0, 1);
 		ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
 		scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
 		slot = table_slot_create(rel, NULL);
 		while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
 		{
 			bool		isnull;
-			Datum		t = slot_getattr(slot, attnum, &isnull);
+			Datum		t;
+			int			shard = KeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
 
+			/* taken by its shard already? */
+			if (r < shard_rotations[shard] ||
+				(r == shard_rotations[shard] && TidPosition(&slot->tts_tid) <= shard_positions[shard]))
+				continue;
+			t = slot_getattr(slot, time_attnum, &isnull);
 			depth++;
 			if (!isnull)
 				*oldest = Min(*oldest, DatumGetTimestampTz(t));

@@ -277,7 +277,7 @@ exactonce_reduce_apply(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	ProgressLock(p, &dummy, &dummy, &paused);
 	applied = ReduceApply(p, PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1), !PG_ARGISNULL(1));
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
@@ -306,7 +306,7 @@ exactonce_release(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	ProgressLock(p, &dummy, &dummy, &paused);
 	forgotten = LedgerCollect(p, source, PG_GETARG_INT64(2));
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();

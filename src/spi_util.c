@@ -246,25 +246,32 @@ NumericArray(Numeric *elems, int n)
 }
 
 /*
- * BuildProgressLock: lock the progress row, which serializes the stages of
- * one pipeline.
+ * BuildProgressLock: lock the progress row, which serializes reduce, the
+ * counters and the queue's rotation.
  */
 static const char *
 BuildProgressLock(Pipeline *p)
 {
-	return psprintf("SELECT rotation, drain_rotation, drain_position, paused"
-					" FROM %s.progress FOR UPDATE", quote_identifier(p->name));
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE",
+					quote_identifier(p->name));
 }
 
 /*
- * ProgressLock locks the pipeline's progress row until the end of the
- * transaction and reads the queue position from it.
+ * BuildProgressRead: read the progress row without locking it.
  */
-void
-ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
-			 int64 *drain_position, bool *paused)
+static const char *
+BuildProgressRead(Pipeline *p)
 {
-	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_LOCK, BuildProgressLock, 0, NULL);
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressFetch runs a progress query and reads its row.
+ */
+static void
+ProgressFetch(SPIPlanPtr plan, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
@@ -274,13 +281,34 @@ ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 	desc = SPI_tuptable->tupdesc;
 	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	*drain_position = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-	*paused = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	*paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
 }
 
 /*
- * BuildProgressAdd: add a batch's counts, and optionally move the queue
- * position, in one update.
+ * ProgressLock locks the pipeline's progress row until the end of the
+ * transaction and reads it: the rotation taking inserts, the oldest
+ * rotation whose partition is not truncated yet, and whether it is paused.
+ */
+void
+ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	ProgressFetch(SpiPlan(p, PLAN_PROGRESS_LOCK, BuildProgressLock, 0, NULL),
+				  rotation, drain_rotation, paused);
+}
+
+/*
+ * ProgressRead reads the progress row as last committed, without a lock.
+ */
+void
+ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	ProgressFetch(SpiPlan(p, PLAN_PROGRESS_READ, BuildProgressRead, 0, NULL),
+				  rotation, drain_rotation, paused);
+}
+
+/*
+ * BuildProgressAdd: add a batch's counts, and optionally move the oldest
+ * rotation, in one update.
  */
 static const char *
 BuildProgressAdd(Pipeline *p)
@@ -290,23 +318,21 @@ BuildProgressAdd(Pipeline *p)
 					" duplicates = duplicates + $3, stale = stale + $4,"
 					" dead_lettered = dead_lettered + $5, batches = batches + $6,"
 					" drain_rotation = coalesce($7, drain_rotation),"
-					" drain_position = coalesce($8, drain_position),"
 					" last_batch_at = CASE WHEN $6 > 0 THEN now() ELSE last_batch_at END",
 					quote_identifier(p->name));
 }
 
 /*
  * ProgressRecord adds a batch's counts to the pipeline's counters and, if
- * drain_rotation >= 0, records the queue position the batch reached.
+ * drain_rotation >= 0, records it as the oldest rotation not truncated.
  */
 void
-ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
-			   int64 drain_rotation, int64 drain_position)
+ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches, int64 drain_rotation)
 {
-	Oid			types[8] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
-	Datum		values[8];
-	char		nulls[9] = "        ";
-	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_ADD, BuildProgressAdd, 8, types);
+	Oid			types[7] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[7];
+	char		nulls[8] = "       ";
+	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_ADD, BuildProgressAdd, 7, types);
 
 	values[0] = Int64GetDatum(c->ingested);
 	values[1] = Int64GetDatum(c->applied);
@@ -315,9 +341,8 @@ ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 	values[4] = Int64GetDatum(c->dead_lettered);
 	values[5] = Int64GetDatum(batches);
 	values[6] = Int64GetDatum(drain_rotation);
-	values[7] = Int64GetDatum(drain_position);
 	if (drain_rotation < 0)
-		nulls[6] = nulls[7] = 'n';
+		nulls[6] = 'n';
 	SpiExec(plan, values, nulls, 1);
 }
 
@@ -339,6 +364,110 @@ void
 ProgressRotate(Pipeline *p)
 {
 	SpiExec(SpiPlan(p, PLAN_PROGRESS_ROTATE, BuildProgressRotate, 0, NULL), NULL, NULL, 1);
+}
+
+/*
+ * BuildShardLock: lock one shard's row, which serializes the state stage of
+ * the keys in that shard.
+ */
+static const char *
+BuildShardLock(Pipeline *p)
+{
+	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard"
+					" WHERE shard = $1 FOR UPDATE", quote_identifier(p->name));
+}
+
+/*
+ * ShardLock locks a shard's row until the end of the transaction and reads
+ * its drain position: the rotation whose partition it drains and the last
+ * TID it took there.
+ */
+void
+ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(shard)};
+	bool		isnull;
+
+	SpiExec(SpiPlan(p, PLAN_SHARD_LOCK, BuildShardLock, 1, types), values, NULL, 1);
+	*rotation = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*position = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+}
+
+/*
+ * BuildShardRead and BuildShardReadLock: every shard's position, in shard
+ * order (the order in which all of them are locked).
+ */
+static const char *
+BuildShardRead(Pipeline *p)
+{
+	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard ORDER BY shard",
+					quote_identifier(p->name));
+}
+
+static const char *
+BuildShardReadLock(Pipeline *p)
+{
+	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard ORDER BY shard FOR UPDATE",
+					quote_identifier(p->name));
+}
+
+/*
+ * ShardsRead reads the drain position of every shard into the arrays (of
+ * p->nshards entries), locking the rows with lock.
+ */
+void
+ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions)
+{
+	SPIPlanPtr	plan = lock ? SpiPlan(p, PLAN_SHARD_READ_LOCK, BuildShardReadLock, 0, NULL) :
+		SpiPlan(p, PLAN_SHARD_READ, BuildShardRead, 0, NULL);
+
+	SpiExec(plan, NULL, NULL, p->nshards);
+	for (int i = 0; i < p->nshards; i++)
+	{
+		bool		isnull;
+
+		rotations[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		positions[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+	}
+}
+
+/*
+ * BuildShardSet: move a shard's drain position.
+ */
+static const char *
+BuildShardSet(Pipeline *p)
+{
+	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3"
+					" WHERE shard = $1", quote_identifier(p->name));
+}
+
+/*
+ * ShardRecord records the drain position a shard reached.
+ */
+void
+ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position)
+{
+	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
+	Datum		values[3] = {Int32GetDatum(shard), Int64GetDatum(rotation), Int64GetDatum(position)};
+
+	SpiExec(SpiPlan(p, PLAN_SHARD_SET, BuildShardSet, 3, types), values, NULL, 1);
+}
+
+/*
+ * PipelineLockAll locks every shard row, then the progress row, until the
+ * end of the transaction: it waits for the batches in progress and keeps the
+ * workers out.  Shards first and in order, as the workers take them, so that
+ * the two never deadlock.
+ */
+void
+PipelineLockAll(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	int64		rotations[EXACTONCE_MAX_SHARDS],
+				positions[EXACTONCE_MAX_SHARDS];
+
+	ShardsRead(p, true, rotations, positions);
+	ProgressLock(p, rotation, drain_rotation, paused);
 }
 
 /*

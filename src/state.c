@@ -8,9 +8,10 @@
  * probe per key reads it, and the new row is written straight to the heap
  * through the table AM, as an update of the probed tuple (HOT when the page
  * has room, so the primary key is not touched) or an insert.  The caller
- * holds the pipeline's progress row lock, so no other writer can move a row
- * between probe and update; privileges are checked once per batch, since the
- * executor, which would check them, is not involved.  Nothing is written for
+ * holds the lock of the shard row of every key in the batch (KeyShard in
+ * queue.c), so no other writer can move a row between probe and update;
+ * privileges are checked once per batch, since the executor, which would
+ * check them, is not involved.  Nothing is written for
  * events that change nothing, so applying the same events again yields no
  * delta.  Triggers on state do not fire: state belongs to the pipeline.
  *
@@ -690,7 +691,7 @@ CloseProbes(StateWork *w)
 /*
  * StateApply applies n events to the pipeline's state and returns the
  * deltas; counts receives what happened to each event.  The caller holds the
- * pipeline's progress lock.
+ * shard locks of the events' keys.
  */
 Delta *
 StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
@@ -856,9 +857,9 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 	p = PipelineLoad(name, true);
 	events = EventsFromArray(p, arr, &nevents);
 
-	ProgressLock(p, &dummy, &dummy, &dummy, &paused);
+	PipelineLockAll(p, &dummy, &dummy, &paused);
 	deltas = StateApply(p, events, nevents, &ndeltas, &counts);
-	ProgressRecord(p, &counts, 1, -1, -1);
+	ProgressRecord(p, &counts, 1, -1);
 
 	for (int i = 0; i < ndeltas; i++)
 	{

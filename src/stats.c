@@ -29,7 +29,7 @@
 
 PG_FUNCTION_INFO_V1(exactonce_pipeline_stats);
 
-#define STATS_COLUMNS 21
+#define STATS_COLUMNS 22
 
 /*
  * DoubleCmp orders doubles for qsort.
@@ -57,79 +57,98 @@ MsInterval(double ms)
 
 /*
  * WorkerColumns fills worker_pid, worker_state, latency_p50, latency_p99 and
- * last_error of a pipeline from the slot of the worker that serves it.
+ * last_error of a pipeline from the slots of the workers that serve its
+ * shards: the pid of shard 0's worker, "draining" if any of them drains it,
+ * the latencies of all their recent batches, the error of a failing one.
  */
 static void
-WorkerColumns(int32 id, bool paused, Datum *values, bool *nulls)
+WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 {
+	double		latencies[EXACTONCE_LATENCY_SAMPLES * EXACTONCE_MAX_SHARDS];
+	int			nlatency = 0;
+	bool		draining = false,
+				backoff = false,
+				stopping = false;
+
 	if (exactonce_shared == NULL)
 		return;
 	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
-	for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
+	for (int s = 0; s < nshards; s++)
 	{
-		WorkerSlot *slot = &exactonce_shared->slots[i];
-		PipelineStat *st = NULL;
-		const char *state;
-
-		if (slot->pid == 0 || slot->dboid != MyDatabaseId || slot->nworkers == 0 ||
-			id % slot->nworkers != slot->index)
-			continue;
-		for (int j = 0; j < EXACTONCE_WORKER_PIPELINES; j++)
-			if (slot->pipes[j].id == id)
-				st = &slot->pipes[j];
-		if (paused)
-			state = "paused";
-		else if (slot->state == WORKER_DRAINING && slot->pipeline_id == id)
-			state = "draining";
-		else if (st && st->retry_at > GetCurrentTimestamp())
-			state = "backoff";
-		else if (slot->state == WORKER_STOPPING)
-			state = "stopping";
-		else
-			state = "idle";
-		values[0] = Int32GetDatum(slot->pid);
-		values[1] = CStringGetTextDatum(state);
-		nulls[0] = nulls[1] = false;
-		if (st && st->nlatency > 0)
+		for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
 		{
-			double		sorted[EXACTONCE_LATENCY_SAMPLES];
+			WorkerSlot *slot = &exactonce_shared->slots[i];
+			PipelineStat *st = NULL;
 
-			memcpy(sorted, st->latency_ms, sizeof(double) * st->nlatency);
-			qsort(sorted, st->nlatency, sizeof(double), DoubleCmp);
-			values[2] = MsInterval(sorted[(st->nlatency - 1) / 2]);
-			values[3] = MsInterval(sorted[(st->nlatency * 99 + 99) / 100 - 1]);
-			nulls[2] = nulls[3] = false;
+			if (slot->pid == 0 || slot->dboid != MyDatabaseId || slot->nworkers == 0 ||
+				!WorkerServes(id, s, slot->nworkers, slot->index))
+				continue;
+			if (nulls[0])
+			{
+				values[0] = Int32GetDatum(slot->pid);
+				nulls[0] = false;
+			}
+			/* a worker serving several shards has one entry for them all */
+			if (s >= slot->nworkers)
+				break;
+			for (int j = 0; j < EXACTONCE_WORKER_PIPELINES; j++)
+				if (slot->pipes[j].id == id)
+					st = &slot->pipes[j];
+			draining |= slot->state == WORKER_DRAINING && slot->pipeline_id == id;
+			stopping |= slot->state == WORKER_STOPPING;
+			if (st && st->retry_at > GetCurrentTimestamp())
+				backoff = true;
+			if (st && st->failures > 0 && nulls[4])
+			{
+				values[4] = CStringGetTextDatum(st->last_error);
+				nulls[4] = false;
+			}
+			if (st)
+			{
+				memcpy(&latencies[nlatency], st->latency_ms, sizeof(double) * st->nlatency);
+				nlatency += st->nlatency;
+			}
+			break;
 		}
-		if (st && st->failures > 0)
-		{
-			values[4] = CStringGetTextDatum(st->last_error);
-			nulls[4] = false;
-		}
-		break;
 	}
 	LWLockRelease(exactonce_shared->lock);
+
+	if (nulls[0])
+		return;
+	values[1] = CStringGetTextDatum(paused ? "paused" : draining ? "draining" :
+									backoff ? "backoff" : stopping ? "stopping" : "idle");
+	nulls[1] = false;
+	if (nlatency > 0)
+	{
+		qsort(latencies, nlatency, sizeof(double), DoubleCmp);
+		values[2] = MsInterval(latencies[(nlatency - 1) / 2]);
+		values[3] = MsInterval(latencies[(nlatency * 99 + 99) / 100 - 1]);
+		nulls[2] = nulls[3] = false;
+	}
 }
 
 /*
  * ReadProgress fills the columns paused .. last_batch_at of one pipeline
  * (ProgressColumns callback, in a subtransaction).
  */
-typedef struct ProgressRead
+typedef struct ProgressView
 {
 	int32		id;
 	Datum	   *values;
 	bool	   *nulls;
-} ProgressRead;
+} ProgressView;
 
 static void
 ReadProgress(void *arg)
 {
-	ProgressRead *pr = arg;
+	ProgressView *pr = arg;
 	Pipeline   *p = PipelineLoadById(pr->id);
 	const char *s;
 	HeapTuple	tup;
 	TupleDesc	desc;
 	int64		depth;
+	int64		rotations[EXACTONCE_MAX_SHARDS],
+				positions[EXACTONCE_MAX_SHARDS];
 	TimestampTz oldest;
 	bool		isnull;
 	Oid			save_userid;
@@ -146,15 +165,16 @@ ReadProgress(void *arg)
 	if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
 							 " dead_lettered, batches,"
 							 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
-							 " last_batch_at, rotation, drain_rotation, drain_position"
+							 " last_batch_at, rotation, drain_rotation"
 							 " FROM %s.progress", s, s), true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
+	ShardsRead(p, false, rotations, positions);
 	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
 					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
-					   DatumGetInt64(SPI_getbinval(tup, desc, 12, &isnull)), &oldest);
+					   rotations, positions, &oldest);
 	SetUserIdAndSecContext(save_userid, save_sec);
 
 	pr->values[4] = SPI_getbinval(tup, desc, 1, &isnull);
@@ -185,7 +205,7 @@ ProgressColumns(int32 id, Datum *values, bool *nulls)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	ProgressRead pr = {id, values, nulls};
+	ProgressView pr = {id, values, nulls};
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -221,7 +241,7 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
-	if (SPI_execute("SELECT name, mode, dimensions, owner, id FROM exactonce.pipeline ORDER BY name",
+	if (SPI_execute("SELECT name, mode, dimensions, owner, id, shards FROM exactonce.pipeline ORDER BY name",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	registry = SPI_tuptable;
@@ -245,8 +265,11 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		if (OidIsValid(get_namespace_oid(name, true)))
 			ProgressColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
 							values, nulls);
+		values[21] = SPI_getbinval(reg, registry->tupdesc, 6, &isnull);
+		nulls[21] = false;
 		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
-					  !nulls[4] && DatumGetBool(values[4]), &values[16], &nulls[16]);
+					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]),
+					  &values[16], &nulls[16]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 

@@ -5,16 +5,17 @@
  *
  * The launcher (a static background worker) starts exactonce.workers drain
  * workers for each database in exactonce.database and restarts any that
- * exits.  A drain worker connects to its database and serves the pipelines
- * with id % workers == its index, so every pipeline has exactly one drainer
- * and its reduce has a single writer: workers never wait for each other on
- * the same aggregate rows, and stages of one pipeline are serialized by its
- * progress row lock anyway (flush() or an external caller simply queues
- * behind a worker's batch).
+ * exits.  A drain worker connects to its database and serves the key shards
+ * of pipelines that WorkerServes assigns it: shard s of pipeline id goes to
+ * worker (id + s) % workers, so every shard has exactly one drainer and the
+ * shards of one pipeline spread over the workers.  Shards run state and map
+ * in parallel; their reduces take turns on the pipeline's progress row
+ * (drain.c), and flush() or an external caller queues behind the batches in
+ * progress.
  *
- * A worker takes one step per pipeline per round (drain one batch and reduce
- * it, or rotate the queue), each in its own transaction and as the role that
- * owns the pipeline.  A step that fails is rolled back and the pipeline is
+ * A worker takes one step per shard per round (drain one batch and reduce
+ * it, or finish a rotation), each in its own transaction and as the role
+ * that owns the pipeline.  A step that fails is rolled back and the pipeline is
  * retried with exponential backoff (1 s doubling to 60 s) while the others go
  * on.  A worker with nothing to do sleeps on its latch, which the ingest
  * trigger sets; exactonce.naptime bounds the sleep as a safety net.
@@ -56,11 +57,19 @@ PGDLLEXPORT void exactonce_drain_main(Datum arg);
 static volatile sig_atomic_t terminate = false;
 static WorkerSlot *my_slot = NULL;
 
-/* Backoff of each pipeline this worker serves, whatever their number; the
- * shared slot mirrors it (and latencies) for the first few, for the view. */
+/* A shard of a pipeline: what a worker drains in one step. */
+typedef struct DrainUnit
+{
+	int32		id;
+	int32		shard;
+} DrainUnit;
+
+/* Backoff of each shard this worker serves, whatever their number; the
+ * shared slot mirrors it (and latencies) per pipeline for the first few, for
+ * the view. */
 typedef struct Backoff
 {
-	int32		id;				/* hash key */
+	DrainUnit	unit;			/* hash key */
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* no step before this */
 	SealState  *seal;			/* inserters the next drain waits for */
@@ -285,8 +294,8 @@ ReleaseSlot(int code, Datum arg)
 }
 
 /*
- * ServedPipelines lists the pipelines this worker drains, or NIL when the
- * extension is not installed in its database.
+ * ServedPipelines lists the shards of pipelines this worker drains, as
+ * DrainUnits, or NIL when the extension is not installed in its database.
  */
 static List *
 ServedPipelines(void)
@@ -300,14 +309,25 @@ ServedPipelines(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("exactonce", true)))
 	{
-		List	   *ids;
+		List	   *ids,
+				   *shards;
+		ListCell   *lc2;
 
 		SPI_connect();
-		ids = PipelineListIds();	/* in SPI's memory, gone at SPI_finish */
+		ids = PipelineListIds(&shards); /* in SPI's memory, gone at SPI_finish */
 		MemoryContextSwitchTo(cxt);
-		foreach(lc, ids)
-			if (lfirst_int(lc) % my_slot->nworkers == my_slot->index)
-				mine = lappend_int(mine, lfirst_int(lc));
+		forboth(lc, ids, lc2, shards)
+		{
+			for (int s = 0; s < lfirst_int(lc2); s++)
+				if (WorkerServes(lfirst_int(lc), s, my_slot->nworkers, my_slot->index))
+				{
+					DrainUnit  *u = palloc(sizeof(DrainUnit));
+
+					u->id = lfirst_int(lc);
+					u->shard = s;
+					mine = lappend(mine, u);
+				}
+		}
 		SPI_finish();
 	}
 	PopActiveSnapshot();
@@ -317,14 +337,14 @@ ServedPipelines(void)
 }
 
 /*
- * StepPipeline runs one step on a pipeline in a transaction of its own, as
- * the pipeline's owner.
+ * StepPipeline runs one step on a shard of a pipeline in a transaction of its
+ * own, as the pipeline's owner.
  */
 static DrainResult
-StepPipeline(int32 id, SealState **seal)
+StepPipeline(DrainUnit *u, SealState **seal)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	DrainResult r = {false, 0, DT_NOEND, false, false};
+	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 	Pipeline   *p;
 	Oid			save_userid;
 	int			save_sec;
@@ -335,14 +355,14 @@ StepPipeline(int32 id, SealState **seal)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
-	p = PipelineLoadById(id);
-	if (p != NULL)
+	p = PipelineLoadById(u->id);
+	if (p != NULL && u->shard < p->nshards)
 	{
 		pgstat_report_activity(STATE_RUNNING, psprintf("draining pipeline %s", p->name));
 		GetUserIdAndSecContext(&save_userid, &save_sec);
 		SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
-		r = DrainStep(p, seal);
+		r = DrainStep(p, u->shard, seal);
 		SetUserIdAndSecContext(save_userid, save_sec);
 	}
 	SpiUnpinSearchPath(nestlevel);
@@ -354,6 +374,10 @@ StepPipeline(int32 id, SealState **seal)
 	/* a worker has no idle loop that reports statistics: without them
 	 * autovacuum would never learn about the dead rows in state */
 	pgstat_report_stat(false);
+
+	/* the workers of the other shards have a partition to drain now */
+	if (r.rotated)
+		WakeWorkers();
 	return r;
 }
 
@@ -402,13 +426,13 @@ RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
  * rolling its transaction back.
  */
 static pg_noinline ErrorData *
-TryStep(int32 id, SealState **seal, DrainResult *r, MemoryContext cxt)
+TryStep(DrainUnit *u, SealState **seal, DrainResult *r, MemoryContext cxt)
 {
 	ErrorData  *volatile err = NULL;
 
 	PG_TRY();
 	{
-		*r = StepPipeline(id, seal);
+		*r = StepPipeline(u, seal);
 	}
 	PG_CATCH();
 	{
@@ -424,29 +448,32 @@ TryStep(int32 id, SealState **seal, DrainResult *r, MemoryContext cxt)
 }
 
 /*
- * DrainRound gives every served pipeline one step; it returns whether any
- * step did work, and sets *sealing if a pipeline waits for inserters.
+ * DrainRound gives every served shard one step; it returns whether any step
+ * did work, and sets *sealing if a shard waits for inserters.
  */
 static bool
 DrainRound(MemoryContext round_cxt, bool *sealing)
 {
-	List	   *ids = ServedPipelines();
+	List	   *units = ServedPipelines();
+	List	   *ids = NIL;
 	ListCell   *lc;
 	bool		worked = false;
 
+	foreach(lc, units)
+		ids = list_append_unique_int(ids, ((DrainUnit *) lfirst(lc))->id);
 	ForgetStats(ids);
-	foreach(lc, ids)
+	foreach(lc, units)
 	{
-		int32		id = lfirst_int(lc);
-		PipelineStat *st = StatFor(id);
-		DrainResult r = {false, 0, DT_NOEND, false, false};
+		DrainUnit  *u = lfirst(lc);
+		PipelineStat *st = StatFor(u->id);
+		DrainResult r = {false, 0, DT_NOEND, false, false, false};
 		ErrorData  *err;
 		Backoff    *b;
 		bool		found;
 
 		if (terminate)
 			break;
-		b = hash_search(backoffs, &id, HASH_ENTER, &found);
+		b = hash_search(backoffs, u, HASH_ENTER, &found);
 		if (!found)
 		{
 			b->failures = 0;
@@ -455,8 +482,8 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 		}
 		if (b->retry_at > GetCurrentTimestamp())
 			continue;
-		SetState(WORKER_DRAINING, id);
-		err = TryStep(id, &b->seal, &r, round_cxt);
+		SetState(WORKER_DRAINING, u->id);
+		err = TryStep(u, &b->seal, &r, round_cxt);
 		RecordStep(b, st, &r, err);
 		worked |= r.worked;
 		*sealing |= r.sealing;
@@ -497,7 +524,7 @@ exactonce_drain_main(Datum arg)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(int32);
+		ctl.keysize = sizeof(DrainUnit);
 		ctl.entrysize = sizeof(Backoff);
 		backoffs = hash_create("exactonce backoff", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
