@@ -230,8 +230,7 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainBatch takes one batch of a shard's events (all events for shard -1)
- * from a partition, from *position on, through state and map, adding what
+ * DrainBatch takes one batch of a shard's events from a partition, from *position on, through state and map, adding what
  * happened to counts.  It moves *position past the rows it read; when the
  * batch comes up short the partition is exhausted for the shard.
  */
@@ -269,8 +268,7 @@ DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts 
 }
 
 /*
- * DrainSlot drains a partition for one shard (all, for shard -1) from
- * *position to its end, batch by batch, recording each batch's counts, and
+ * DrainSlot drains a partition for one shard from *position to its end, batch by batch, recording each batch's counts, and
  * returns the number of events taken.
  */
 static int64
@@ -301,8 +299,7 @@ DrainPipeline(Pipeline *p)
 	int64		rotations[EXACTONCE_MAX_SHARDS],
 				positions[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
-				drain_rotation,
-				position = 0;
+				drain_rotation;
 	bool		paused;
 	int64		total = 0;
 
@@ -310,18 +307,26 @@ DrainPipeline(Pipeline *p)
 	ProgressLock(p, &rotation, &drain_rotation, &paused);
 	QueueFreeze(p);
 
-	/* what each shard has left of the partition a worker sealed ... */
+	/*
+	 * Each shard takes what it has left of a partition a worker sealed, then
+	 * its events in the partition taking inserts (frozen); both partitions
+	 * are truncated once all shards are through.
+	 */
 	for (int s = 0; s < p->nshards; s++)
 	{
-		for (; rotations[s] < rotation; rotations[s]++, positions[s] = 0)
-			total += DrainSlot(p, s, rotations[s], &positions[s]);
-		ShardRecord(p, s, rotation, 0);
+		int64		taken = 0;
+
+		for (int64 r = rotations[s]; r <= rotation; r++)
+		{
+			int64		position = r == rotations[s] ? positions[s] : 0;
+
+			taken += DrainSlot(p, s, r, &position);
+		}
+		ShardRecord(p, s, rotation, 0, taken);
+		total += taken;
 	}
 	if (drain_rotation < rotation)
 		QueueTruncateSlot(p, (int) (drain_rotation % EXACTONCE_SLOTS));
-
-	/* ... then, frozen, the partition taking inserts, all shards at once */
-	total += DrainSlot(p, -1, rotation, &position);
 	QueueTruncateSlot(p, (int) (rotation % EXACTONCE_SLOTS));
 	ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
 
@@ -421,9 +426,9 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		}
 		r = DrainBatch(p, shard, shard_rotation, &position, &counts);
 		if (r.exhausted)
-			ShardRecord(p, shard, shard_rotation + 1, 0);
+			ShardRecord(p, shard, shard_rotation + 1, 0, r.taken);
 		else
-			ShardRecord(p, shard, shard_rotation, position);
+			ShardRecord(p, shard, shard_rotation, position, r.taken);
 		ProgressLock(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);

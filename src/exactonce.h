@@ -262,7 +262,8 @@ extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 extern void ProgressRotate(Pipeline *p);
 extern void ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position);
 extern void ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions);
-extern void ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position);
+extern void ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position,
+						int64 taken);
 extern void PipelineLockAll(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 							bool *paused);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);

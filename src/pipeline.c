@@ -196,10 +196,11 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 					 "CREATE TABLE %s.shard ("
 					 " shard integer PRIMARY KEY,"
 					 " drain_rotation bigint NOT NULL DEFAULT 0,"
-					 " drain_position bigint NOT NULL DEFAULT 0"
+					 " drain_position bigint NOT NULL DEFAULT 0,"
+					 " taken bigint NOT NULL DEFAULT 0"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"
-					 "COMMENT ON TABLE %s.shard IS 'exactonce: drain position of each key shard (the rotation it drains and the last queue TID it took there)';\n",
+					 "COMMENT ON TABLE %s.shard IS 'exactonce: drain position of each key shard (the rotation it drains and the last queue TID it took there) and the events it took';\n",
 					 s, s, nshards - 1, s);
 
 	/* ingest: the queue, two partitions that take turns */

@@ -309,9 +309,9 @@ TidPosition(ItemPointer tid)
 }
 
 /*
- * QueueReadBatch reads up to max events of a sealed partition that follow
- * *position, those of one shard's keys (of all keys for shard -1), and
- * advances *position to the last row read.
+ * QueueReadBatch reads up to max events of a shard's keys from a sealed
+ * partition that follow *position, and advances *position to the last row
+ * read.
  */
 int
 QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Event *events)
@@ -338,7 +338,7 @@ QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Eve
 		bool		isnull;
 
 		*position = TidPosition(&slot->tts_tid);
-		if (shard >= 0 && p->nshards > 1 &&
+		if (p->nshards > 1 &&
 			KeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
 			continue;
 		missing = EventFromSlot(p, slot, attnums, ev);

@@ -438,20 +438,22 @@ ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions)
 static const char *
 BuildShardSet(Pipeline *p)
 {
-	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3"
-					" WHERE shard = $1", quote_identifier(p->name));
+	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3,"
+					" taken = taken + $4 WHERE shard = $1", quote_identifier(p->name));
 }
 
 /*
- * ShardRecord records the drain position a shard reached.
+ * ShardRecord records the drain position a shard reached and the number of
+ * events it took on the way.
  */
 void
-ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position)
+ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position, int64 taken)
 {
-	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
-	Datum		values[3] = {Int32GetDatum(shard), Int64GetDatum(rotation), Int64GetDatum(position)};
+	Oid			types[4] = {INT4OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[4] = {Int32GetDatum(shard), Int64GetDatum(rotation),
+	Int64GetDatum(position), Int64GetDatum(taken)};
 
-	SpiExec(SpiPlan(p, PLAN_SHARD_SET, BuildShardSet, 3, types), values, NULL, 1);
+	SpiExec(SpiPlan(p, PLAN_SHARD_SET, BuildShardSet, 4, types), values, NULL, 1);
 }
 
 /*

@@ -9,15 +9,16 @@
  *	 sample (default)  every --interval ms: the pipeline's row of
  *					   exactonce.pipelines (ingested, queued, staged, latency
  *					   p50/p99, worker pid), how many (auto)vacuums run in
- *					   the database, and RssAnon, VmHWM and CPU time of a
- *					   process from /proc/<pid>.  With --until-drained N
+ *					   the database, and RssAnon, VmHWM and CPU time of
+ *					   processes from /proc/<pid>.  With --until-drained N
  *					   it stops at the first sample showing ingested >= N,
  *					   queued = 0 and staged = 0, and prints that sample's time.
- *	 probe			   every --interval ms: SELECT ingested FROM
- *					   <pipeline>.progress, a one-row read that never waits for
- *					   a lock; a line is written whenever the value changes, so
- *					   the file tells when each drain transaction became
- *					   visible, to within the interval.
+ *	 probe			   every --interval ms: ingested from <pipeline>.progress
+ *					   and the events each shard took from <pipeline>.shard,
+ *					   small reads that never wait for a lock; a line is
+ *					   written whenever ingested changes, so the file tells
+ *					   when each drain transaction became visible, to within
+ *					   the interval.
  *
  * Times are Unix seconds (gettimeofday), the clock the producer's event_time
  * and batch log use.  A sample's time is taken when its answer arrived: the
@@ -43,6 +44,8 @@
 #include <unistd.h>
 
 #include <libpq-fe.h>
+
+#define MAX_PIDS 8				/* processes sampled at once */
 
 static volatile sig_atomic_t stop_requested = 0;
 
@@ -183,8 +186,8 @@ Usage(FILE *f)
 			"  -p, --pipeline NAME     the pipeline to watch\n"
 			"  -i, --interval MS       sampling interval (default 200)\n"
 			"  -o, --output FILE       CSV to write (default stdout)\n"
-			"      --probe             probe mode: progress.ingested on every change\n"
-			"      --pid N             process whose memory to sample\n"
+			"      --probe             probe mode: progress.ingested and the shards' taken on every change\n"
+			"      --pid N[,N...]      processes whose memory (the largest) and CPU (summed) to sample\n"
 			"      --app NAME          ... the backend with this application_name\n"
 			"      --worker            ... the drain worker of the pipeline\n"
 			"      --reset-hwm         reset that process's VmHWM when it is found\n"
@@ -222,6 +225,8 @@ main(int argc, char **argv)
 				worker = false,
 				reset_hwm = false;
 	int			pid = 0;
+	int			pids[MAX_PIDS];
+	int			npids = 0;
 	long		interval_ms = 200;
 	long long	until = -1;
 	double		timeout = 0;
@@ -264,7 +269,9 @@ main(int argc, char **argv)
 				probe = true;
 				break;
 			case 2:
-				pid = atoi(optarg);
+				for (char *tok = strtok(optarg, ","); tok && npids < MAX_PIDS; tok = strtok(NULL, ","))
+					pids[npids++] = atoi(tok);
+				pid = npids > 0 ? pids[0] : 0;
 				break;
 			case 3:
 				app = optarg;
@@ -313,13 +320,15 @@ main(int argc, char **argv)
 	{
 		char	   *q = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
 
-		probe_sql = malloc(strlen(q) + 64);
-		sprintf(probe_sql, "SELECT ingested FROM %s.progress", q);
+		probe_sql = malloc(2 * strlen(q) + 128);
+		sprintf(probe_sql, "SELECT ingested, (SELECT array_agg(taken ORDER BY shard) FROM %s.shard)"
+				" FROM %s.progress", q, q);
 		PQfreemem(q);
-		fprintf(out, "t,ingested\n");
+		fprintf(out, "t,ingested,taken\n");
 	}
 	else
-		fprintf(out, "t,ingested,queued,staged,latency_p50_ms,latency_p99_ms,pid,rss_anon_kb,vm_hwm_kb,query_ms,cpu_s,vacuums\n");
+		fprintf(out, "t,ingested,queued,staged,latency_p50_ms,latency_p99_ms,pid,rss_anon_kb,vm_hwm_kb,query_ms,cpu_s,vacuums,"
+				"state_live,state_dead,state_autovacuums\n");
 	if (pipeline)
 	{
 		char	   *q = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
@@ -329,6 +338,10 @@ main(int argc, char **argv)
 				" FROM %s.progress", q, q);
 		PQfreemem(q);
 	}
+
+	if (reset_hwm)
+		for (int i = 0; i < npids; i++)
+			ResetHWM(pids[i]);
 
 	t0 = next = WallClock();
 	while (!stop_requested)
@@ -344,14 +357,19 @@ main(int argc, char **argv)
 		}
 		if (probe)
 		{
-			long		ingested = QueryInt(conn, probe_sql, NULL);
+			PGresult   *res = PQexec(conn, probe_sql);
+			long		ingested;
 
+			if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+				Die("probe query failed", conn);
+			ingested = strtol(PQgetvalue(res, 0, 0), NULL, 10);
 			t = WallClock();
 			if (ingested != last_ingested)
 			{
-				fprintf(out, "%.6f,%ld\n", t, ingested);
+				fprintf(out, "%.6f,%ld,\"%s\"\n", t, ingested, PQgetvalue(res, 0, 1));
 				last_ingested = ingested;
 			}
+			PQclear(res);
 			if (until >= 0 && ingested >= until && done_at == 0)
 				done_at = t;
 		}
@@ -362,7 +380,8 @@ main(int argc, char **argv)
 						staged = -1,
 						rss = -1,
 						hwm = -1,
-						vacuums;
+						vacuums,
+						state[3] = {-1, -1, -1};
 			double		cpu = -1;
 			char		p50[32] = "",
 						p99[32] = "";
@@ -373,8 +392,12 @@ main(int argc, char **argv)
 									 " ORDER BY backend_start DESC LIMIT 1", app);
 				if (pid < 0)
 					pid = 0;
-				else if (reset_hwm)
-					ResetHWM(pid);
+				else
+				{
+					pids[npids++] = pid;
+					if (reset_hwm)
+						ResetHWM(pid);
+				}
 			}
 			if (pipeline && nsamples % 20 != 0)
 			{
@@ -410,7 +433,7 @@ main(int argc, char **argv)
 					snprintf(p99, sizeof(p99), "%s", PQgetvalue(res, 0, 4));
 					if (worker && pid == 0 && !PQgetisnull(res, 0, 5))
 					{
-						pid = atoi(PQgetvalue(res, 0, 5));
+						pid = pids[npids++] = atoi(PQgetvalue(res, 0, 5));
 						if (reset_hwm)
 							ResetHWM(pid);
 					}
@@ -418,27 +441,52 @@ main(int argc, char **argv)
 				PQclear(res);
 			}
 			vacuums = QueryInt(conn, "SELECT count(*) FROM pg_stat_progress_vacuum", NULL);
-			t = WallClock();
-			if (pid > 0 && ReadStatus(pid, &rss, &hwm))
+			if (pipeline)
 			{
-				if (rss > peak_rss)
-					peak_rss = rss;
-				if (hwm > peak_hwm)
-					peak_hwm = hwm;
-				cpu = ReadCpu(pid);
-				if (cpu >= 0)
-				{
-					if (cpu_first < 0)
-						cpu_first = cpu;
-					cpu_last = cpu;
-				}
+				/* how far autovacuum is behind on state: its dead rows */
+				const char *params[1] = {pipeline};
+				PGresult   *res = PQexecParams(conn,
+											   "SELECT n_live_tup, n_dead_tup, autovacuum_count FROM pg_stat_user_tables"
+											   " WHERE schemaname = $1 AND relname = 'state'",
+											   1, NULL, params, NULL, NULL, 0);
+
+				if (PQresultStatus(res) != PGRES_TUPLES_OK)
+					Die("query of pg_stat_user_tables failed", conn);
+				for (int c = 0; c < 3 && PQntuples(res) == 1; c++)
+					state[c] = atol(PQgetvalue(res, 0, c));
+				PQclear(res);
+			}
+			t = WallClock();
+			for (int i = 0; i < npids; i++)
+			{
+				long		prss,
+							phwm;
+				double		pcpu;
+
+				if (!ReadStatus(pids[i], &prss, &phwm))
+					continue;
+				rss = prss > rss ? prss : rss;
+				hwm = phwm > hwm ? phwm : hwm;
+				pcpu = ReadCpu(pids[i]);
+				if (pcpu >= 0)
+					cpu = (cpu < 0 ? 0 : cpu) + pcpu;
+			}
+			if (rss > peak_rss)
+				peak_rss = rss;
+			if (hwm > peak_hwm)
+				peak_hwm = hwm;
+			if (cpu >= 0)
+			{
+				if (cpu_first < 0)
+					cpu_first = cpu;
+				cpu_last = cpu;
 			}
 			query_ms_sum += (t - ts) * 1000;
 			if ((t - ts) * 1000 > query_ms_max)
 				query_ms_max = (t - ts) * 1000;
 			nsamples++;
-			fprintf(out, "%.6f,%ld,%ld,%ld,%s,%s,%d,%ld,%ld,%.1f,%.2f,%ld\n", t, ingested, queued, staged,
-					p50, p99, pid, rss, hwm, (t - ts) * 1000, cpu, vacuums);
+			fprintf(out, "%.6f,%ld,%ld,%ld,%s,%s,%d,%ld,%ld,%.1f,%.2f,%ld,%ld,%ld,%ld\n", t, ingested, queued, staged,
+					p50, p99, pid, rss, hwm, (t - ts) * 1000, cpu, vacuums, state[0], state[1], state[2]);
 			if (until >= 0 && ingested >= until && staged == 0)
 			{
 				done_at = t;

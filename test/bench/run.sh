@@ -2,7 +2,8 @@
 # test/bench/run.sh: the exactonce benchmark, in one command (also "make bench").
 #
 # On a throwaway cluster (test/cluster.sh: fsync and synchronous_commit on,
-# shared_buffers 1GB, exactonce preloaded with one drain worker) and on the
+# shared_buffers 1GB, exactonce preloaded with two drain workers, the
+# pipeline's two key shards drained in parallel) and on the
 # same generated events -- 1M trade-risk events over 200k trades, ~10% exact
 # duplicates, ~10% late stale versions, ~10% modifications moving a trade to
 # another cell, 2% tombstones, written once by tools/producer --output in COPY
@@ -18,7 +19,7 @@
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
-#      target's 150,000 events/s, and at its maximum rate, while the worker
+#      target's 150,000 events/s, and at its maximum rate, while the workers
 #      drains; sampled every 200 ms, with insert->aggregate latency per
 #      producer batch;
 #
@@ -130,6 +131,7 @@ PSQL=(psql -X -q -At -v ON_ERROR_STOP=1)
 PRODUCER_MIX=(--events "$EVENTS" --trades "$TRADES" --duplicates 0.10 --stale 0.10 --tombstones 0.02
 	--moves 0.10 --batch "$BATCH" --seed "$SEED")
 PIPE=trades
+SHARDS=2			# key shards of the pipeline, one per drain worker
 DIMS="ARRAY['risk_type', 'region', 'trade_desk']"
 COLS="key, version, value, risk_type, region, trade_desk, deleted, event_time"
 
@@ -198,7 +200,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log "== starting a throwaway cluster in $DIR on port $PORT"
-bash test/cluster.sh start "$DIR" "$PORT" "exactonce.database = 'postgres'" "exactonce.workers = 1"
+bash test/cluster.sh start "$DIR" "$PORT" "exactonce.database = 'postgres'" "exactonce.workers = 2"
 CLUSTER_UP=1
 touch "$DIR/.exactonce-bench"
 
@@ -251,8 +253,9 @@ BEGIN
 END \$\$;
 CREATE TABLE bench.samples (run text, t float8, ingested bigint, queued bigint, staged bigint,
                             latency_p50_ms float8, latency_p99_ms float8, pid int,
-                            rss_anon_kb bigint, vm_hwm_kb bigint, query_ms float8, cpu_s float8, vacuums int);
-CREATE TABLE bench.probe (run text, t float8, ingested bigint);
+                            rss_anon_kb bigint, vm_hwm_kb bigint, query_ms float8, cpu_s float8, vacuums int,
+                            state_live bigint, state_dead bigint, state_autovacuums bigint);
+CREATE TABLE bench.probe (run text, t float8, ingested bigint, taken bigint[]);
 CREATE TABLE bench.batches (run text, batch int, cum bigint, sent_at float8, commit_at float8);
 SQL
 
@@ -336,12 +339,12 @@ sizes() {
 	echo "${list[*]}" | sed 's/,/, /g'
 }
 
-# fresh_pipeline PAUSED: drop and create the pipeline (paused: the worker leaves it alone)
+# fresh_pipeline PAUSED: drop and create the pipeline (paused: the workers leave it alone)
 fresh_pipeline() {
 	sql >/dev/null <<SQL
 SET client_min_messages = warning;
 SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
-SELECT exactonce.create_pipeline('$PIPE', $DIMS);
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS);
 $([ "$1" = paused ] && echo "SELECT exactonce.pause('$PIPE');")
 SQL
 }
@@ -401,7 +404,8 @@ load_queue() {
 	LOAD_SECS=$(calc "%.3f" "$(now) - $t0")
 }
 
-worker_pid() { sql -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND datname = current_database() LIMIT 1"; }
+# worker_pids: the drain workers' pids, comma separated
+worker_pids() { sql -c "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND datname = current_database()"; }
 
 MACHINE="$(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GB", $2 / 1048576 }' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 # CPU time (clock ticks) used on the whole machine, and by this benchmark:
@@ -487,13 +491,13 @@ load_queue
 QUEUE_COPY_SECS=$LOAD_SECS
 log "   COPY into $PIPE.ingest (paused): $(th "$(calc "%f" "$EVENTS / $LOAD_SECS")") events/s"
 sql -c "CHECKPOINT"
-WPID=$(worker_pid)
+WPID=$(worker_pids)
 L0=$(sql -c "SELECT pg_current_wal_lsn()")
 T0=$(now)
 sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
 "$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$EVENTS" --timeout 900 \
 	-o "$OUT/drain-workers.csv" >"$OUT/mon-workers.out" 2>"$OUT/mon-workers.err" || {
-	echo "bench: the worker did not drain the queue in 900 s" >&2; exit 1; }
+	echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
 DONE=$(mon_value workers done_at)
 SECS=$(calc "%.3f" "$DONE - $T0")
 WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
@@ -524,7 +528,7 @@ sustained_run() {	# sustained_run RUN RATE (0 = as fast as the producer goes)
 	stop=$OUT/stop-$run
 	fresh_pipeline running
 	sql -c "CHECKPOINT"
-	WPID=$(worker_pid)
+	WPID=$(worker_pids)
 	rm -f "$stop"
 	mon_start "$run-samples" -p "$PIPE" -i 200 --pid "$WPID" --reset-hwm --stop-file "$stop" -o "$OUT/samples-$run.csv"
 	mon_s=$MON_PID
@@ -537,7 +541,7 @@ sustained_run() {	# sustained_run RUN RATE (0 = as fast as the producer goes)
 		echo "bench: the producer failed:" >&2; tail -n 5 "$OUT/producer-$run.err" >&2; exit 1; }
 	# the drain is complete when the view shows everything ingested and nothing queued or staged
 	"$OUT/benchmon" -p "$PIPE" -i 50 --until-drained "$EVENTS" --timeout 900 >"$OUT/mon-$run-done.out" 2>&1 || {
-		echo "bench: the worker did not drain the queue in 900 s" >&2; exit 1; }
+		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
 	touch "$stop"
 	wait "$mon_s" "$mon_p" || true
 	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
@@ -548,8 +552,9 @@ sustained_run() {	# sustained_run RUN RATE (0 = as fast as the producer goes)
 	fi
 	# the files are the client's: COPY FROM STDIN
 	sql -c "COPY bench.samples (t, ingested, queued, staged, latency_p50_ms, latency_p99_ms, pid, rss_anon_kb,
-	        vm_hwm_kb, query_ms, cpu_s, vacuums) FROM STDIN (FORMAT csv, HEADER)" <"$OUT/samples-$run.csv"
-	sql -c "COPY bench.probe (t, ingested) FROM STDIN (FORMAT csv, HEADER)" <"$OUT/probe-$run.csv"
+	        vm_hwm_kb, query_ms, cpu_s, vacuums, state_live, state_dead, state_autovacuums)
+	        FROM STDIN (FORMAT csv, HEADER)" <"$OUT/samples-$run.csv"
+	sql -c "COPY bench.probe (t, ingested, taken) FROM STDIN (FORMAT csv, HEADER)" <"$OUT/probe-$run.csv"
 	sql -c "COPY bench.batches (batch, cum, sent_at, commit_at) FROM STDIN" <"$OUT/batches-$run.tsv"
 	sql -c "UPDATE bench.samples SET run = '$run' WHERE run IS NULL;
 	        UPDATE bench.probe SET run = '$run' WHERE run IS NULL;
@@ -573,9 +578,9 @@ if [ "$SUSTAINED" = 1 ]; then
 	SUS_RUNS+=(sus_max)
 	for run in "${SUS_RUNS[@]}"; do
 		case $run in
-		sus_rate) r=$RATE; log "== 5. sustained: the producer offers $(th "$r") events/s while the worker drains" ;;
-		sus_target) r=$TARGET_RATE; log "== 5. sustained: the producer offers $(th "$r") events/s while the worker drains" ;;
-		sus_max) r=0; log "== 5. sustained: the producer at its maximum rate while the worker drains" ;;
+		sus_rate) r=$RATE; log "== 5. sustained: the producer offers $(th "$r") events/s while the workers drain" ;;
+		sus_target) r=$TARGET_RATE; log "== 5. sustained: the producer offers $(th "$r") events/s while the workers drain" ;;
+		sus_max) r=0; log "== 5. sustained: the producer at its maximum rate while the workers drain" ;;
 		esac
 		sustained_run "$run" "$r"
 	done
@@ -588,11 +593,11 @@ if [ "$PERF" = 1 ]; then
 	fresh_pipeline paused
 	load_queue
 	sql -c "CHECKPOINT"
-	WPID=$(worker_pid)
+	WPID=$(worker_pids)
 	# a copy of the exactonce.so the worker runs, even if "make install"
 	# replaced the file since (perf then cannot resolve its symbols)
-	range=$(awk '/exactonce\.so/ && $2 ~ /x/ { print $1; exit }' "/proc/$WPID/maps")
-	[ -z "$range" ] || cp "/proc/$WPID/map_files/$range" "$OUT/exactonce-worker.so" 2>/dev/null || true
+	range=$(awk '/exactonce\.so/ && $2 ~ /x/ { print $1; exit }' "/proc/${WPID%%,*}/maps")
+	[ -z "$range" ] || cp "/proc/${WPID%%,*}/map_files/$range" "$OUT/exactonce-worker.so" 2>/dev/null || true
 	perf record -g -F 999 -p "$WPID" -o "$OUT/perf.data" 2>"$OUT/perf-record.err" &
 	PERF_PID=$!
 	BG_PIDS+=("$PERF_PID")
@@ -658,10 +663,28 @@ fi
 # ---------------------------------------------------------------- series and plot
 
 if [ "$SUSTAINED" = 1 ]; then
-	sql -c "CREATE TABLE bench.batch_latency AS
-		SELECT b.run, b.batch, b.cum, b.sent_at, b.commit_at,
-		       (SELECT min(p.t) FROM bench.probe p WHERE p.run = b.run AND p.ingested >= b.cum) AS agg_at
-		  FROM bench.batches b"
+	# The shards drain in parallel, each in insertion order: the events sent
+	# up to a batch's end are all aggregated once every shard has taken its
+	# own share of them.  That share, per shard, from the event file (the
+	# stream's order) and the shard of each key (hashtext, as exactonce's).
+	shares=$(for ((s = 0; s < SHARDS; s++)); do echo "count(*) FILTER (WHERE s = $s) OVER w"; done | paste -sd,)
+	sql <<SQL
+CREATE TABLE bench.stream (n bigserial, key text, version bigint, value numeric, risk_type text, region text,
+                           trade_desk text, deleted boolean, event_time timestamptz);
+COPY bench.stream (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$EV';
+CREATE TABLE bench.shard_share AS
+	SELECT cum, shares
+	  FROM (SELECT n AS cum, ARRAY[$shares] AS shares
+	          FROM (SELECT n, (hashtext(key)::bigint & 4294967295) % $SHARDS AS s FROM bench.stream) e
+	        WINDOW w AS (ORDER BY n)) x
+	 WHERE cum IN (SELECT cum FROM bench.batches);
+CREATE TABLE bench.batch_latency AS
+	SELECT b.run, b.batch, b.cum, b.sent_at, b.commit_at,
+	       (SELECT min(p.t) FROM bench.probe p
+	         WHERE p.run = b.run AND p.ingested >= b.cum
+	           AND NOT EXISTS (SELECT 1 FROM unnest(p.taken, sh.shares) u(taken, share) WHERE taken < share)) AS agg_at
+	  FROM bench.batches b JOIN bench.shard_share sh USING (cum);
+SQL
 	# the output directory is the client's: COPY TO STDOUT
 	sql >"$OUT/sustained.csv" <<SQL
 COPY (
@@ -675,7 +698,7 @@ COPY (
 	       round(((sent - lag(sent) OVER w) / nullif(t - lag(t) OVER w, 0))::numeric) AS sent_per_s,
 	       latency_p50_ms, latency_p99_ms, rss_anon_kb,
 	       round((100 * (cpu_s - lag(cpu_s) OVER w) / nullif(t - lag(t) OVER w, 0))::numeric) AS worker_cpu_pct,
-	       vacuums
+	       vacuums, state_live, state_dead, state_autovacuums
 	  FROM s WINDOW w AS (PARTITION BY run ORDER BY t)
 	 ORDER BY run DESC, t) TO STDOUT (FORMAT csv, HEADER);
 SQL
@@ -704,15 +727,21 @@ SQL
 	declare -A QD
 	# queue depth while the producer sends: its peak, and its trend over the
 	# second half of the sending (bounded: growing by less than 5% of the send rate)
-	while IFS='|' read -r run qmax slope bounded vac; do
-		QD[$run]="$qmax|$slope|$bounded|$vac"
+	# and state's dead rows, the work autovacuum has left: peak, and trend over
+	# the second half (keeping up: growing by less than 5% of the send rate)
+	while IFS='|' read -r run qmax slope bounded vac dmax dslope dbounded avs; do
+		QD[$run]="$qmax|$slope|$bounded|$vac|$dmax|$dslope|$dbounded|$avs"
 	done < <(sql -F '|' -c "
 		WITH w AS (SELECT run, min(sent_at) AS t0, max(commit_at) AS t1, $EVENTS / (max(commit_at) - min(sent_at)) AS rate
 		             FROM bench.batches GROUP BY run)
 		SELECT w.run, max(s.queued),
 		       round(coalesce(regr_slope(s.queued, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0)::numeric),
 		       coalesce(regr_slope(s.queued, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0) < 0.05 * max(w.rate),
-		       round(100 * avg((s.vacuums > 0)::int))
+		       round(100 * avg((s.vacuums > 0)::int)),
+		       max(s.state_dead),
+		       round(coalesce(regr_slope(s.state_dead, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0)::numeric),
+		       coalesce(regr_slope(s.state_dead, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0) < 0.05 * max(w.rate),
+		       max(s.state_autovacuums)
 		  FROM bench.samples s JOIN w USING (run)
 		 WHERE s.t <= w.t1 AND s.queued >= 0
 		 GROUP BY w.run")
@@ -742,7 +771,7 @@ set datafile separator ','
 set key top right
 set grid
 set xrange [-0.5:*]
-set multiplot layout 3,1 title "exactonce sustained runs: $(th "$EVENTS") events each, the worker draining while the producer sends"
+set multiplot layout 3,1 title "exactonce sustained runs: $(th "$EVENTS") events each, the workers draining while the producer sends"
 set ylabel 'events/s'
 set format y '%.0s%c'
 $(plot_cmd "'$OUT/sustained.csv'" 2 8 "lines lw 1" "sent, %s" light; plot_cmd "''" 2 7 "lines lw 2" "aggregated, %s" dark)
@@ -775,7 +804,7 @@ CPU_NOTE=$(awk -v b=$((BUSY1 - BUSY0)) -v o=$((OWN1 - OWN0)) -v hz="$HZ" -v t="$
 	'BEGIN { others = (b - o) / hz; if (others < 0) others = 0
 	         printf "during the %.0f s of runs this benchmark used %.0f CPU-s, other processes %.0f CPU-s (%.2f cores on average)%s",
 	                t, o / hz, others, others / t, (others / t > 0.2 ? ": a shared machine, figures are noisy" : "") }')
-say "machine: $MACHINE; fsync on, synchronous_commit on, shared_buffers 1GB, 1 drain worker, batch_size $(sql -c "SHOW exactonce.batch_size")"
+say "machine: $MACHINE; fsync on, synchronous_commit on, shared_buffers 1GB, 2 drain workers (2 key shards), batch_size $(sql -c "SHOW exactonce.batch_size")"
 say "cpu: $CPU_NOTE"
 say "events: $(th "$EVENTS") over $(th "$TRADES") trades: $(th "${P[new_trades]}") new, $(th "${P[modifications]}") modifications ($(th "${P[moved_trades]}") moving the trade to another cell), $(th "${P[tombstones]}") tombstones,"
 say "        $(th "${P[duplicates]}") exact duplicates, $(th "${P[stale_resends]}") late stale versions; $(th "${P[live_trades]}") trades live at the end; seed $SEED"
@@ -824,13 +853,14 @@ say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / nai
 
 if [ "$SUSTAINED" = 1 ]; then
 	say ""
-	say "sustained runs (the same events, sent by tools/producer in COPY batches of $BATCH while the worker drains):"
+	say "sustained runs (the same events, sent by tools/producer in COPY batches of $BATCH while the workers drain):"
 	for run in "${SUS_RUNS[@]}"; do
 		IFS='|' read -r p50 p99 c50 c99 mx vp50 vp99 vmax <<<"${LAT[$run]}"
-		IFS='|' read -r qmax slope bounded vac <<<"${QD[$run]}"
+		IFS='|' read -r qmax slope bounded vac dmax dslope dbounded avs <<<"${QD[$run]}"
 		say "  $(label "$run"): producer sent $(th "${S_PROD[$run]}") events/s; end to end $(th "$(rate_of "$run")") events/s; all aggregated $(calc "%.2f" "${S_DONE[$run]} - ${S_LAST[$run]}") s after the last commit"
 		say "     queue depth: peak $(th "$qmax") events, trend over the second half of the sending $(th "$slope") events/s: $([ "$bounded" = t ] && echo bounded || echo GROWING)"
-		say "     worker CPU ${R_CPU[$run]} of a core; a (auto)vacuum was running in $vac% of the samples while the producer sent"
+		say "     workers' CPU ${R_CPU[$run]} of a core; a (auto)vacuum was running in $vac% of the samples while the producer sent"
+		say "     state's dead rows: peak $(th "$dmax"), trend over the second half $(th "$dslope")/s: autovacuum $([ "$dbounded" = t ] && echo "kept up" || echo "FELL BEHIND") ($avs autovacuums of state)"
 		say "     insert->aggregate latency per producer batch: p50 $p50 ms, p99 $p99 ms, max $mx ms (commit->aggregate: p50 $c50 ms, p99 $c99 ms)"
 		say "     pipeline's own latency (exactonce.pipelines, last 100 batches, at the end): p50 ${vp50:-?} ms, p99 ${vp99:-?} ms; highest p99 seen ${vmax:-?} ms"
 	done
@@ -851,10 +881,11 @@ if [ "$SUSTAINED" = 1 ]; then
 	fi
 	say "  target: p99 < 250 ms at 50,000 events/s offered: measured p99 $p99 ms at $(th "$RATE")/s offered$( [ "$RATE" = 50000 ] || echo " (not 50,000!)"): $(awk -v p="$p99" 'BEGIN { print (p + 0 < 250) ? "met" : "NOT met" }') (pipeline's own p99: ${vp99:-?} ms)"
 	say "  latency method: the producer logs each batch's event_time (taken when it starts the batch, the time in every"
-	say "  row's event_time) and its commit time; a probe reads $PIPE.progress.ingested every 10 ms (a one-row read that"
-	say "  never waits); a batch is aggregated at the first probe with ingested >= the events sent up to and including"
-	say "  it (the queue drains in insertion order and the worker commits state, ledger, aggregates and counters in one"
-	say "  transaction). Latency = that probe's time - the batch's event_time: an upper bound, 10 ms resolution."
+	say "  row's event_time) and its commit time; a probe reads the events each shard took ($PIPE.shard.taken) every"
+	say "  10 ms (small reads that never wait); a batch is aggregated at the first probe where every shard has taken its"
+	say "  share of the events sent up to and including it (a shard drains in insertion order and commits state, ledger,"
+	say "  aggregates and counters in one transaction; the shares come from the event file and hashtext(key), the shard"
+	say "  function). Latency = that probe's time - the batch's event_time: an upper bound, 10 ms resolution."
 	say "  time series: $OUT/sustained.csv, $OUT/sustained_latency.csv"
 	[ -f "$OUT/sustained.png" ] && say "  plot: $OUT/sustained.png"
 fi

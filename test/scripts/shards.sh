@@ -67,6 +67,7 @@ is "$(q $DB "SELECT count(*) FROM sh2.state WHERE shard_of(key, 2) = 1")" 0 "no 
 is "$(q $DB "SELECT total = $S0 AND keys = $S0 FROM sh2.aggregates WHERE level = 0")" t "aggregates hold exactly what shard 0 applied"
 is "$(q $DB "SELECT queued = 4000 - $S0 AND ingested = $S0 AND applied = $S0 FROM exactonce.pipelines WHERE name = 'sh2'")" t \
 	"the view counts shard 1's events as queued, shard 0's as applied"
+is "$(q $DB "SELECT array_agg(taken ORDER BY shard) = ARRAY[$S0, 0]::bigint[] FROM sh2.shard")" t "each shard counts the events it took"
 is "$(q $DB "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND wait_event_type = 'Lock'")" 1 \
 	"the worker of shard 1, and only it, waits"
 release "$HOLD"
@@ -85,6 +86,8 @@ for p in sh1 sh2 sh3; do
 	poll_until $DB "$(drained $p)"
 	ok $? "$p: drained"
 	is "$(q $DB "SELECT sh_mismatches('$p')")" 0 "$p: aggregates equal the oracle"
+	is "$(q $DB "SELECT sum(taken) FROM $p.shard")" "$(q $DB "SELECT ingested FROM exactonce.pipelines WHERE name = '$p'")" \
+		"$p: the shards took every event the counters count"
 	is "$(q $DB "SELECT ingested FROM exactonce.pipelines WHERE name = '$p'")" \
 		"$(q $DB "SELECT count(*) FROM produced_sh WHERE pipe = '$p'")" "$p: every event counted once"
 done
