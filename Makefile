@@ -1,5 +1,7 @@
 # exactonce: PGXS build.  The extension script lives in src/ and is copied to
-# exactonce--<version>.sql, the version being read from exactonce.control.
+# exactonce--<version>.sql, the version being read from exactonce.control;
+# the scripts of earlier versions and the upgrade scripts are installed as
+# they are.
 
 EXTENSION = exactonce
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
@@ -22,6 +24,7 @@ OBJS = \
 	src/offsets.o
 
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql
 EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

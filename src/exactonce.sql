@@ -18,9 +18,9 @@ CREATE TABLE exactonce.pipeline (
 		CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['latest', 'accumulate'])),
 	dimensions	text[] NOT NULL,
 	owner		regrole NOT NULL,
+	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	shards		integer NOT NULL DEFAULT 2
-		CHECK (shards OPERATOR(pg_catalog.>=) 1 AND shards OPERATOR(pg_catalog.<=) 64),
-	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now()
+		CHECK (shards OPERATOR(pg_catalog.>=) 1 AND shards OPERATOR(pg_catalog.<=) 64)
 );
 COMMENT ON TABLE exactonce.pipeline IS
 	'exactonce pipelines: one row per pipeline, whose relations live in the schema of the same name';

@@ -507,6 +507,11 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID};
 	Datum		values[5];
 
+	if (PG_NARGS() != 4)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the exactonce library is newer than the extension's SQL objects"),
+				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -1,0 +1,102 @@
+-- Upgrading from 1.0: a pipeline 1.0 made, with events queued and half a
+-- partition drained, becomes a pipeline of one shard that goes on from there.
+SET client_min_messages = warning;
+CREATE EXTENSION exactonce VERSION '1.0';
+CREATE ROLE eo_upgrade_owner;
+
+-- the relations 1.0's create_pipeline('old', ARRAY['d']) made
+CREATE SCHEMA old AUTHORIZATION eo_upgrade_owner;
+SET ROLE eo_upgrade_owner;
+CREATE TABLE old.progress (singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+	rotation bigint NOT NULL DEFAULT 0, drain_rotation bigint NOT NULL DEFAULT 0,
+	drain_position bigint NOT NULL DEFAULT 0, paused boolean NOT NULL DEFAULT false,
+	ingested bigint NOT NULL DEFAULT 0, applied bigint NOT NULL DEFAULT 0,
+	duplicates bigint NOT NULL DEFAULT 0, stale bigint NOT NULL DEFAULT 0,
+	dead_lettered bigint NOT NULL DEFAULT 0, batches bigint NOT NULL DEFAULT 0,
+	last_batch_at timestamptz) WITH (fillfactor = 10);
+INSERT INTO old.progress DEFAULT VALUES;
+CREATE TABLE old.ingest (key text NOT NULL, version bigint NOT NULL, value numeric NOT NULL,
+	d text NOT NULL, deleted boolean NOT NULL DEFAULT false,
+	event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	ingest_slot integer NOT NULL) PARTITION BY LIST (ingest_slot);
+ALTER TABLE old.ingest ALTER COLUMN ingest_slot SET DEFAULT exactonce.ingest_slot('old.ingest');
+CREATE TRIGGER wake AFTER INSERT ON old.ingest FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();
+CREATE TABLE old.ingest_0 PARTITION OF old.ingest FOR VALUES IN (0) WITH (autovacuum_enabled = false);
+CREATE TABLE old.ingest_1 PARTITION OF old.ingest FOR VALUES IN (1) WITH (autovacuum_enabled = false);
+CREATE TABLE old.state (key text COLLATE "C" PRIMARY KEY, version bigint NOT NULL, value numeric NOT NULL,
+	d text NOT NULL, deleted boolean NOT NULL, updated_at timestamptz NOT NULL) WITH (fillfactor = 80);
+CREATE TABLE old.aggregates (d text, level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL,
+	updated_at timestamptz NOT NULL) WITH (fillfactor = 50);
+CREATE UNIQUE INDEX aggregates_cell ON old.aggregates (level, d) NULLS NOT DISTINCT;
+CREATE TABLE old.dead_letters (key text, version bigint, value numeric, d text, deleted boolean,
+	event_time timestamptz, reason text NOT NULL, failed_at timestamptz NOT NULL DEFAULT pg_catalog.now());
+CREATE TABLE old.ledger (token bytea PRIMARY KEY, source text NOT NULL, position bigint,
+	staged_at timestamptz NOT NULL, applied_at timestamptz, deltas integer NOT NULL,
+	levels integer[], cells text[], totals numeric[], keys bigint[]);
+CREATE INDEX ledger_staged ON old.ledger (staged_at) WHERE applied_at IS NULL;
+CREATE INDEX ledger_source ON old.ledger (source, position) WHERE applied_at IS NOT NULL;
+RESET ROLE;
+INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('old', 'latest', ARRAY['d'], 'eo_upgrade_owner');
+
+-- 100 events in partition 0, sealed by a rotation; a 1.0 worker took the
+-- first 40 (their effect is in state and counters, the position after them)
+INSERT INTO old.ingest (key, version, value, d, ingest_slot) SELECT 'k' || i, 1, 1, 'x', 0 FROM generate_series(1, 100) i;
+INSERT INTO old.state SELECT 'k' || i, 1, 1, 'x', false, now() FROM generate_series(1, 40) i;
+INSERT INTO old.aggregates VALUES (NULL, 0, 40, 40, now()), ('x', 1, 40, 40, now());
+UPDATE old.progress SET rotation = 1, drain_position = (SELECT max((ctid::text::point)[0]::bigint << 16 | (ctid::text::point)[1]::bigint)
+	FROM old.ingest_0 WHERE key IN (SELECT 'k' || i FROM generate_series(1, 40) i)), ingested = 40, applied = 40, batches = 1;
+-- and 10 more wait in partition 1
+INSERT INTO old.ingest (key, version, value, d, ingest_slot) SELECT 'k' || i, 2, 5, 'y', 1 FROM generate_series(91, 100) i;
+
+ALTER EXTENSION exactonce UPDATE TO '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
+
+-- one shard, at 1.0's position; owned by the pipeline's owner, not by the extension
+SELECT name, shards FROM exactonce.pipeline;
+SELECT shard, drain_rotation, drain_position > 0 AS past_the_first_40, taken FROM old.shard;
+SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'old.shard'::regclass;
+SELECT count(*) AS extension_members FROM pg_depend
+WHERE classid = 'pg_class'::regclass AND objid = 'old.shard'::regclass AND deptype = 'e';
+SELECT attname FROM pg_attribute WHERE attrelid = 'old.progress'::regclass AND attname LIKE 'drain%' AND NOT attisdropped;
+
+-- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
+SET ROLE eo_upgrade_owner;
+SELECT exactonce.flush('old');
+SELECT d, level, total, keys FROM old.aggregates ORDER BY level, d;
+SELECT ingested, applied, duplicates, stale, shards FROM exactonce.pipelines WHERE name = 'old';
+SELECT count(*) AS queued FROM old.ingest;
+RESET ROLE;
+
+-- a pipeline created after the upgrade has the new default
+SELECT exactonce.create_pipeline('new', ARRAY['d']);
+SELECT name, shards FROM exactonce.pipelines ORDER BY name;
+
+-- the upgraded catalog is the one a fresh 1.1 install makes
+CREATE TEMP TABLE upgraded AS
+SELECT p.oid::regprocedure::text AS obj, pg_get_function_result(p.oid) AS detail FROM pg_proc p
+WHERE p.pronamespace = 'exactonce'::regnamespace
+UNION ALL
+SELECT c.relname || '.' || a.attnum || '.' || a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped;
+SELECT exactonce.drop_pipeline('new');
+SET ROLE eo_upgrade_owner;
+SELECT exactonce.drop_pipeline('old');
+RESET ROLE;
+DROP EXTENSION exactonce;
+CREATE EXTENSION exactonce;
+SELECT count(*) AS differences FROM (
+  (SELECT * FROM upgraded EXCEPT ALL
+   (SELECT p.oid::regprocedure::text, pg_get_function_result(p.oid) FROM pg_proc p
+    WHERE p.pronamespace = 'exactonce'::regnamespace
+    UNION ALL
+    SELECT c.relname || '.' || a.attnum || '.' || a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+    WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped))
+  UNION ALL
+  ((SELECT p.oid::regprocedure::text, pg_get_function_result(p.oid) FROM pg_proc p
+    WHERE p.pronamespace = 'exactonce'::regnamespace
+    UNION ALL
+    SELECT c.relname || '.' || a.attnum || '.' || a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+    WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped)
+   EXCEPT ALL SELECT * FROM upgraded)) d;
+DROP EXTENSION exactonce;
+DROP ROLE eo_upgrade_owner;
