@@ -841,7 +841,7 @@ for run in "${RUNS[@]}"; do
 done
 
 ratio() { [ -n "${R_SECS[$2]:-}" ] && calc "%.2f" "$(rate_of "$1") / $(rate_of "$2")" || echo "n/a"; }
-met() { awk -v a="$1" -v b="$2" 'BEGIN { print a == "n/a" ? "not measured in this run" : a + 0 >= b + 0 ? "met" : "NOT met" }'; }
+met() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "n/a") ? "not measured in this run" : ((a + 0 >= b + 0) ? "met" : "NOT met") }'; }
 say ""
 say "ratios and targets (issue 5):"
 r_copy=$(ratio eo_workers copy)
