@@ -230,9 +230,10 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainBatch takes one batch of a shard's events from a partition, from *position on, through state and map, adding what
- * happened to counts.  It moves *position past the rows it read; when the
- * batch comes up short the partition is exhausted for the shard.
+ * DrainBatch takes one batch of a shard's events from a partition, from
+ * *position on, through state and map, adding what happened to counts.  It
+ * moves *position past the rows it read; when the batch comes up short the
+ * partition is exhausted for the shard.
  */
 static DrainResult
 DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts *counts)
@@ -256,7 +257,8 @@ DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts 
 	events = palloc(sizeof(Event) * max);
 
 	CHECK_FOR_INTERRUPTS();
-	r.taken = QueueReadBatch(p, (int) (rotation % EXACTONCE_SLOTS), shard, position, max, events);
+	r.taken = QueueReadBatch(p, (int) (rotation % EXACTONCE_SLOTS), shard, position,
+							 max, events);
 	for (int i = 0; i < r.taken; i++)
 		r.oldest = Min(r.oldest, events[i].event_time);
 	if (r.taken > 0)
@@ -268,8 +270,9 @@ DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts 
 }
 
 /*
- * DrainSlot drains a partition for one shard from *position to its end, batch by batch, recording each batch's counts, and
- * returns the number of events taken.
+ * DrainSlot drains a partition for one shard from *position to its end,
+ * batch by batch, recording each batch's counts, and returns the number of
+ * events taken.
  */
 static int64
 DrainSlot(Pipeline *p, int shard, int64 rotation, int64 *position)

@@ -11,9 +11,9 @@
  * holds the lock of the shard row of every key in the batch (KeyShard in
  * queue.c), so no other writer can move a row between probe and update;
  * privileges are checked once per batch, since the executor, which would
- * check them, is not involved.  Nothing is written for
- * events that change nothing, so applying the same events again yields no
- * delta.  Triggers on state do not fire: state belongs to the pipeline.
+ * check them, is not involved.  Nothing is written for events that change
+ * nothing, so applying the same events again yields no delta.  Triggers on
+ * state do not fire: state belongs to the pipeline.
  *
  * latest mode: a key's highest version is its contribution.  Per key the
  * batch collapses to one net change: the cell of the version the key had
