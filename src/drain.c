@@ -407,7 +407,14 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	StageCounts counts = {0};
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 
-	ShardLock(p, shard, &shard_rotation, &position);
+	/*
+	 * Whoever else holds the shard (a flush, a caller of the stages) may
+	 * hold it for long: skip it rather than keep the worker's other
+	 * pipelines waiting.  The next round, at the latest after naptime, looks
+	 * again.
+	 */
+	if (!ShardLock(p, shard, &shard_rotation, &position))
+		return r;
 	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;

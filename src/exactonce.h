@@ -260,7 +260,7 @@ extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation);
 extern void ProgressRotate(Pipeline *p);
-extern void ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position);
+extern bool ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position);
 extern void ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions);
 extern void ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position,
 						int64 taken);

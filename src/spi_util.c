@@ -368,30 +368,41 @@ ProgressRotate(Pipeline *p)
 
 /*
  * BuildShardLock: lock one shard's row, which serializes the state stage of
- * the keys in that shard.
+ * the keys in that shard, unless someone else holds it.
  */
 static const char *
 BuildShardLock(Pipeline *p)
 {
 	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard"
-					" WHERE shard = $1 FOR UPDATE", quote_identifier(p->name));
+					" WHERE shard = $1 FOR UPDATE SKIP LOCKED", quote_identifier(p->name));
 }
 
 /*
  * ShardLock locks a shard's row until the end of the transaction and reads
  * its drain position: the rotation whose partition it drains and the last
- * TID it took there.
+ * TID it took there.  It returns false, without waiting, when the row is
+ * locked already (by flush(), pause() or a caller of state_upsert()).
  */
-void
+bool
 ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(shard)};
 	bool		isnull;
 
-	SpiExec(SpiPlan(p, PLAN_SHARD_LOCK, BuildShardLock, 1, types), values, NULL, 1);
+	SpiExec(SpiPlan(p, PLAN_SHARD_LOCK, BuildShardLock, 1, types), values, NULL, -1);
+	if (SPI_processed == 0)
+	{
+		int64		rotations[EXACTONCE_MAX_SHARDS],
+					positions[EXACTONCE_MAX_SHARDS];
+
+		/* locked, not missing: this fails if a shard row is gone */
+		ShardsRead(p, false, rotations, positions);
+		return false;
+	}
 	*rotation = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*position = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
 }
 
 /*
