@@ -685,21 +685,24 @@ CREATE TABLE bench.batch_latency AS
 	           AND NOT EXISTS (SELECT 1 FROM unnest(p.taken, sh.shares) u(taken, share) WHERE taken < share)) AS agg_at
 	  FROM bench.batches b JOIN bench.shard_share sh USING (cum);
 SQL
+	# each sample with the events the producer had committed by then: what is
+	# committed and not taken yet (sent - ingested) is the queue's depth, known
+	# at every sample (the view's queued scans the queue, so it is read on
+	# every 20th sample only)
+	sql -c "CREATE TABLE bench.series AS
+		SELECT s.*, s.t - r.t0 AS t_s, r.t0,
+		       (SELECT coalesce(max(cum), 0) FROM bench.batches b WHERE b.run = s.run AND b.commit_at <= s.t) AS sent
+		  FROM bench.samples s JOIN (SELECT run, min(sent_at) AS t0 FROM bench.batches GROUP BY run) r USING (run)"
 	# the output directory is the client's: COPY TO STDOUT
 	sql >"$OUT/sustained.csv" <<SQL
 COPY (
-	WITH r AS (SELECT run, min(sent_at) AS t0 FROM bench.batches GROUP BY run),
-	s AS (
-		SELECT s.*, s.t - r.t0 AS t_s,
-		       (SELECT coalesce(max(cum), 0) FROM bench.batches b WHERE b.run = s.run AND b.commit_at <= s.t) AS sent
-		  FROM bench.samples s JOIN r USING (run))
-	SELECT run, round(t_s::numeric, 3) AS t_s, sent, ingested, queued, staged,
+	SELECT run, round(t_s::numeric, 3) AS t_s, sent, ingested, greatest(sent - ingested, 0) AS queued, staged,
 	       round(((ingested - lag(ingested) OVER w) / nullif(t - lag(t) OVER w, 0))::numeric) AS ingested_per_s,
 	       round(((sent - lag(sent) OVER w) / nullif(t - lag(t) OVER w, 0))::numeric) AS sent_per_s,
 	       latency_p50_ms, latency_p99_ms, rss_anon_kb,
 	       round((100 * (cpu_s - lag(cpu_s) OVER w) / nullif(t - lag(t) OVER w, 0))::numeric) AS worker_cpu_pct,
-	       vacuums, state_live, state_dead, state_autovacuums
-	  FROM s WINDOW w AS (PARTITION BY run ORDER BY t)
+	       vacuums, state_live, state_dead, state_autovacuums, nullif(queued, -1) AS queued_view
+	  FROM bench.series s WINDOW w AS (PARTITION BY run ORDER BY t)
 	 ORDER BY run DESC, t) TO STDOUT (FORMAT csv, HEADER);
 SQL
 	sql >"$OUT/sustained_latency.csv" <<SQL
@@ -726,24 +729,30 @@ SQL
 		  FROM bench.batch_latency l GROUP BY l.run")
 	declare -A QD
 	# queue depth while the producer sends: its peak, and its trend over the
-	# second half of the sending (bounded: growing by less than 5% of the send rate)
-	# and state's dead rows, the work autovacuum has left: peak, and trend over
-	# the second half (keeping up: growing by less than 5% of the send rate)
+	# sending (bounded: growing by less than 5% of the send rate); and state's
+	# dead rows, the work autovacuum has left: their peak, which must stay
+	# below twice the count at which autovacuum starts on state (threshold +
+	# scale factor x live rows) for autovacuum to have kept up, judged on runs
+	# long enough for autovacuum to have come by twice
 	while IFS='|' read -r run qmax slope bounded vac dmax dslope dbounded avs; do
 		QD[$run]="$qmax|$slope|$bounded|$vac|$dmax|$dslope|$dbounded|$avs"
 	done < <(sql -F '|' -c "
 		WITH w AS (SELECT run, min(sent_at) AS t0, max(commit_at) AS t1, $EVENTS / (max(commit_at) - min(sent_at)) AS rate
 		             FROM bench.batches GROUP BY run)
-		SELECT w.run, max(s.queued),
-		       round(coalesce(regr_slope(s.queued, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0)::numeric),
-		       coalesce(regr_slope(s.queued, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0) < 0.05 * max(w.rate),
+		SELECT w.run, max(s.sent - s.ingested),
+		       round(coalesce(regr_slope(s.sent - s.ingested, s.t), 0)::numeric),
+		       coalesce(regr_slope(s.sent - s.ingested, s.t), 0) < 0.05 * max(w.rate),
 		       round(100 * avg((s.vacuums > 0)::int)),
 		       max(s.state_dead),
-		       round(coalesce(regr_slope(s.state_dead, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0)::numeric),
-		       coalesce(regr_slope(s.state_dead, s.t) FILTER (WHERE s.t >= (w.t0 + w.t1) / 2), 0) < 0.05 * max(w.rate),
+		       round(2 * (current_setting('autovacuum_vacuum_threshold')::float8
+		                  + current_setting('autovacuum_vacuum_scale_factor')::float8 * max(s.state_live))),
+		       CASE WHEN max(w.t1 - w.t0) < 2 * extract(epoch FROM current_setting('autovacuum_naptime')::interval) THEN 'short'
+		            WHEN max(s.state_dead) <= 2 * (current_setting('autovacuum_vacuum_threshold')::float8
+		                                           + current_setting('autovacuum_vacuum_scale_factor')::float8 * max(s.state_live))
+		            THEN 't' ELSE 'f' END,
 		       max(s.state_autovacuums)
-		  FROM bench.samples s JOIN w USING (run)
-		 WHERE s.t <= w.t1 AND s.queued >= 0
+		  FROM bench.series s JOIN w USING (run)
+		 WHERE s.t BETWEEN w.t0 AND w.t1 AND s.ingested >= 0
 		 GROUP BY w.run")
 
 	# plot_cmd FILE XCOL YCOL STYLE TITLE-FORMAT SHADE: the plot clauses of
@@ -775,7 +784,7 @@ set multiplot layout 3,1 title "exactonce sustained runs: $(th "$EVENTS") events
 set ylabel 'events/s'
 set format y '%.0s%c'
 $(plot_cmd "'$OUT/sustained.csv'" 2 8 "lines lw 1" "sent, %s" light; plot_cmd "''" 2 7 "lines lw 2" "aggregated, %s" dark)
-set ylabel 'queue depth (events)'
+set ylabel 'queue depth (committed, not taken)'
 $(plot_cmd "'$OUT/sustained.csv'" 2 5 "lines lw 2" "queued, %s" dark)
 set ylabel 'latency (ms)'
 set xlabel 'seconds since the first event was sent'
@@ -858,9 +867,9 @@ if [ "$SUSTAINED" = 1 ]; then
 		IFS='|' read -r p50 p99 c50 c99 mx vp50 vp99 vmax <<<"${LAT[$run]}"
 		IFS='|' read -r qmax slope bounded vac dmax dslope dbounded avs <<<"${QD[$run]}"
 		say "  $(label "$run"): producer sent $(th "${S_PROD[$run]}") events/s; end to end $(th "$(rate_of "$run")") events/s; all aggregated $(calc "%.2f" "${S_DONE[$run]} - ${S_LAST[$run]}") s after the last commit"
-		say "     queue depth: peak $(th "$qmax") events, trend over the second half of the sending $(th "$slope") events/s: $([ "$bounded" = t ] && echo bounded || echo GROWING)"
+		say "     queue depth (events committed and not yet taken, every 200 ms): peak $(th "$qmax") events, trend while sending $(th "$slope") events/s: $([ "$bounded" = t ] && echo bounded || echo GROWING)"
 		say "     workers' CPU ${R_CPU[$run]} of a core; a (auto)vacuum was running in $vac% of the samples while the producer sent"
-		say "     state's dead rows: peak $(th "$dmax"), trend over the second half $(th "$dslope")/s: autovacuum $([ "$dbounded" = t ] && echo "kept up" || echo "FELL BEHIND") ($avs autovacuums of state)"
+		say "     state's dead rows: peak $(th "$dmax") (limit: twice autovacuum's trigger, $(th "$dslope")): autovacuum $(case $dbounded in t) echo "kept up" ;; f) echo "FELL BEHIND" ;; *) echo "not judged: the run was shorter than two autovacuum naptimes" ;; esac) ($avs autovacuums of state)"
 		say "     insert->aggregate latency per producer batch: p50 $p50 ms, p99 $p99 ms, max $mx ms (commit->aggregate: p50 $c50 ms, p99 $c99 ms)"
 		say "     pipeline's own latency (exactonce.pipelines, last 100 batches, at the end): p50 ${vp50:-?} ms, p99 ${vp99:-?} ms; highest p99 seen ${vmax:-?} ms"
 	done
