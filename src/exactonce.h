@@ -226,6 +226,7 @@ extern ExactonceShared *exactonce_shared;
 /* shmem.c */
 extern void ShmemInit(void);
 extern void WakeWorkers(void);
+extern void WakeWorkersAtCommit(void);
 
 /* worker.c */
 extern void WorkerInit(void);

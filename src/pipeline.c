@@ -687,7 +687,7 @@ SetPaused(const char *name, bool paused)
 		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
-	WakeWorkers();
+	WakeWorkersAtCommit();
 }
 
 /*

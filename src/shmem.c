@@ -17,6 +17,7 @@
  */
 #include "exactonce.h"
 
+#include "access/xact.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -107,6 +108,42 @@ WakeWorkers(void)
 			SetLatch(slot->latch);
 	}
 	LWLockRelease(exactonce_shared->lock);
+}
+
+/* WakeWorkersAtCommit was called in this transaction */
+static bool wake_at_commit = false;
+
+/*
+ * WakeAtCommit is the transaction callback of WakeWorkersAtCommit.  At
+ * XACT_EVENT_COMMIT the transaction no longer counts as running, so the rows
+ * it locked are free to the workers it wakes.
+ */
+static void
+WakeAtCommit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && wake_at_commit)
+		WakeWorkers();
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		wake_at_commit = false;
+}
+
+/*
+ * WakeWorkersAtCommit wakes the workers of this database once the current
+ * transaction commits: for changes they must see, made under locks they
+ * would otherwise find taken.
+ */
+void
+WakeWorkersAtCommit(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(WakeAtCommit, NULL);
+		registered = true;
+	}
+	wake_at_commit = true;
 }
 
 /*
