@@ -89,5 +89,24 @@ SELECT p.rotation = p.drain_rotation AS truncated, bool_and(s.drain_rotation = p
 FROM q.progress p, q.shard s GROUP BY p.rotation, p.drain_rotation;
 SELECT sum(value) = 200 * 3 + 100 * 2 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
 
+-- set_shards() drains the queue first, then cuts the keys anew: shards that
+-- go pass their count to shard 0, new ones start at the rotation taking inserts
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 30, 4, 'z' FROM generate_series(1, 300) i;
+SELECT exactonce.set_shards('q', 3);
+SELECT shards FROM exactonce.pipelines WHERE name = 'q';
+SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted,
+       bool_and(drain_rotation = (SELECT rotation FROM q.progress) AND drain_position = 0) AS at_start
+FROM q.shard;
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 31, 5, 'z' FROM generate_series(1, 300) i;
+SELECT exactonce.set_shards('q', 1);
+SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted FROM q.shard;
+SELECT sum(value) = 300 * 5 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
+SELECT exactonce.set_shards('q', 0);
+SELECT exactonce.set_shards('q', NULL);
+SELECT exactonce.set_shards('nope', 2);
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT exactonce.set_shards('q', 2);
+ROLLBACK;
+
 SELECT exactonce.drop_pipeline('q');
 DROP EXTENSION exactonce;

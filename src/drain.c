@@ -415,6 +415,18 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	 */
 	if (!ShardLock(p, shard, &shard_rotation, &position))
 		return r;
+
+	/*
+	 * set_shards() holds every shard row until it commits: with this one
+	 * locked, the registry read now is the last word on the number of
+	 * shards, which the pipeline loaded before may not have seen.  Keys must
+	 * not be cut two ways at once.
+	 */
+	if (PipelineShards(p->id) != p->nshards)
+	{
+		r.worked = true;
+		return r;
+	}
 	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;

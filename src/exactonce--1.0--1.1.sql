@@ -60,6 +60,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer) IS
 	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel';
 
+CREATE FUNCTION exactonce.set_shards(name text, shards integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'exactonce_set_shards'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.set_shards(text, integer) IS
+	'change the number of key shards of a pipeline; drains its queue first, as flush() does, and returns the events it took';
+
 DROP VIEW exactonce.pipelines;
 DROP FUNCTION exactonce.pipeline_stats();
 CREATE FUNCTION exactonce.pipeline_stats(

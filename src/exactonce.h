@@ -243,6 +243,7 @@ typedef struct SealState
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id);
 extern List *PipelineListIds(List **shards);
+extern int	PipelineShards(int32 id);
 extern void PipelineRequireReadCommitted(const char *what);
 
 /* spi_util.c */

@@ -54,6 +54,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer) IS
 	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel';
 
+CREATE FUNCTION exactonce.set_shards(name text, shards integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'exactonce_set_shards'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.set_shards(text, integer) IS
+	'change the number of key shards of a pipeline; drains its queue first, as flush() does, and returns the events it took';
+
 CREATE FUNCTION exactonce.drop_pipeline(name text, force boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_drop_pipeline'

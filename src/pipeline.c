@@ -40,6 +40,7 @@ PG_FUNCTION_INFO_V1(exactonce_create_pipeline);
 PG_FUNCTION_INFO_V1(exactonce_drop_pipeline);
 PG_FUNCTION_INFO_V1(exactonce_pause);
 PG_FUNCTION_INFO_V1(exactonce_resume);
+PG_FUNCTION_INFO_V1(exactonce_set_shards);
 
 /* column names a dimension may not take */
 static const char *const reserved_columns[] = {
@@ -144,6 +145,20 @@ ParseMode(const char *mode)
 			 errmsg("unknown pipeline mode \"%s\"", mode),
 			 errhint("The mode is 'latest' (a key's newest version counts) or 'accumulate' (every distinct version adds once).")));
 	pg_unreachable();
+}
+
+/*
+ * CheckShards validates a number of shards and returns it.
+ */
+static int
+CheckShards(int nshards)
+{
+	if (nshards < 1 || nshards > EXACTONCE_MAX_SHARDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline has between 1 and %d shards, not %d", EXACTONCE_MAX_SHARDS, nshards),
+				 errhint("Shards are drained in parallel, each by one worker: one per core the pipeline may use.")));
+	return nshards;
 }
 
 /*
@@ -455,6 +470,27 @@ PipelineLoadById(int32 id)
 }
 
 /*
+ * PipelineShards returns the number of shards pipeline id has now, as last
+ * committed, or 0 if it is gone.
+ */
+int
+PipelineShards(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(id)};
+	bool		isnull;
+
+	SpiKeepPlan(&plan, "SELECT shards FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
+				1, types);
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed == 0)
+		return 0;
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
  * PipelineListIds returns the ids of all pipelines, oldest first, and in
  * *shards their numbers of shards.
  */
@@ -520,12 +556,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	CheckIdentifier("pipeline", name);
 	mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), dims);
-	nshards = PG_GETARG_INT32(3);
-	if (nshards < 1 || nshards > EXACTONCE_MAX_SHARDS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("a pipeline has between 1 and %d shards, not %d", EXACTONCE_MAX_SHARDS, nshards),
-				 errhint("Shards are drained in parallel, each by one worker: one per core the pipeline may use.")));
+	nshards = CheckShards(PG_GETARG_INT32(3));
 
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
@@ -708,4 +739,59 @@ exactonce_resume(PG_FUNCTION_ARGS)
 {
 	SetPaused(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
 	PG_RETURN_VOID();
+}
+
+/*
+ * exactonce_set_shards changes the number of shards of a pipeline.  It
+ * drains the queue first, as flush() does, in the caller's transaction:
+ * that leaves every shard at the start of the partition taking inserts and
+ * both partitions empty, so the shards can be cut anew without any event
+ * changing hands half way.  It returns the number of events it drained.
+ */
+Datum
+exactonce_set_shards(PG_FUNCTION_ARGS)
+{
+	Pipeline   *p;
+	int			nshards;
+	int64		drained;
+	int			nestlevel;
+	const char *s;
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		values[2];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline name and shards must not be NULL")));
+	PipelineRequireReadCommitted("exactonce.set_shards()");
+	nshards = CheckShards(PG_GETARG_INT32(1));
+	SPI_connect();
+	nestlevel = SpiPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	drained = DrainPipeline(p);
+
+	/* shards that go pass on their count of events to shard 0; new ones
+	 * start where the others are, at the rotation taking inserts */
+	s = quote_identifier(p->name);
+	values[0] = Int32GetDatum(nshards);
+	values[1] = Int32GetDatum(p->nshards);
+	if (SPI_execute_with_args(psprintf("UPDATE %s.shard SET taken = taken +"
+									   " (SELECT coalesce(sum(taken), 0) FROM %s.shard WHERE shard >= $1)"
+									   " WHERE shard = 0", s, s),
+							  1, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
+		SPI_execute_with_args(psprintf("DELETE FROM %s.shard WHERE shard >= $1", s),
+							  1, types, values, NULL, false, 0) != SPI_OK_DELETE ||
+		SPI_execute_with_args(psprintf("INSERT INTO %s.shard (shard, drain_rotation)"
+									   " SELECT g, (SELECT rotation FROM %s.progress)"
+									   " FROM pg_catalog.generate_series($2, $1 - 1) g", s, s),
+							  2, types, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not change the shards of pipeline \"%s\"", p->name);
+	values[1] = Int32GetDatum(p->id);
+	RegistryExec("UPDATE exactonce.pipeline SET shards = $1 WHERE id OPERATOR(pg_catalog.=) $2",
+				 2, types, values, 1);
+
+	SpiUnpinSearchPath(nestlevel);
+	SPI_finish();
+	WakeWorkersAtCommit();
+	PG_RETURN_INT64(drained);
 }

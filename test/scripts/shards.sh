@@ -3,7 +3,8 @@
 # different workers, each taking only its own keys.  A shard that is held up
 # holds up its own keys (and the next rotation), never the other shard; the
 # view counts what each shard still has to take; results are exact with one,
-# two and three shards (more shards than workers).
+# two and three shards (more shards than workers), and when set_shards()
+# changes the shards while the workers drain.
 set -u
 . "$(dirname "$0")/lib.sh"
 DB=exactonce_test
@@ -100,6 +101,23 @@ for p in sh1 sh2 sh3; do
 		"$(q $DB "SELECT count(*) FROM produced_sh WHERE pipe = '$p'")" "$p: every event counted once"
 done
 is "$(q $DB "SELECT count(DISTINCT shard_of(key, 3)) FROM sh3.state")" 3 "sh3: all three shards applied keys"
+
+# 3. set_shards() while the workers drain a stream: 2 -> 3 -> 1 -> 2 shards
+for b in 7 8 9 10 11 12 13 14; do
+	produce sh2 $b
+	case $b in
+	8) q $DB "SELECT exactonce.set_shards('sh2', 3)" >/dev/null ;;
+	10) q $DB "SELECT exactonce.set_shards('sh2', 1)" >/dev/null ;;
+	12) q $DB "SELECT exactonce.set_shards('sh2', 2)" >/dev/null ;;
+	esac
+done
+poll_until $DB "$(drained sh2)"
+ok $? "sh2: drained across three changes of its shards"
+is "$(q $DB "SELECT sh_mismatches('sh2')")" 0 "sh2: aggregates equal the oracle"
+is "$(q $DB "SELECT ingested FROM exactonce.pipelines WHERE name = 'sh2'")" \
+	"$(q $DB "SELECT count(*) FROM produced_sh WHERE pipe = 'sh2'")" "sh2: every event counted once"
+is "$(q $DB "SELECT count(*) || ' ' || sum(taken) FROM sh2.shard")" \
+	"2 $(q $DB "SELECT ingested FROM exactonce.pipelines WHERE name = 'sh2'")" "sh2: two shards, which took every event"
 
 psql -X -q -d $DB >/dev/null <<'SQL'
 SET client_min_messages = warning;
