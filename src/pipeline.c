@@ -483,7 +483,8 @@ PipelineShards(int32 id)
 
 	SpiKeepPlan(&plan, "SELECT shards FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
 				1, types);
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+	/* not read-only: the query takes a snapshot of its own, not the step's */
+	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed == 0)
 		return 0;
