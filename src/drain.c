@@ -460,16 +460,6 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	ProgressLock(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
-
-	/*
-	 * Another shard rotated while this one waited for the lock: come back at
-	 * once.  Its wake-up may have been spent on the lock wait.
-	 */
-	if (shard_rotation < rotation)
-	{
-		r.worked = true;
-		return r;
-	}
 	return FinishRotation(p, rotation, drain_rotation);
 }
 

@@ -200,6 +200,7 @@ typedef struct WorkerSlot
 	int			index;			/* serves the shards of pipelines WorkerServes says */
 	int			nworkers;
 	Latch	   *latch;
+	pg_atomic_uint64 wakes;		/* times WakeWorkers set the latch */
 	WorkerState state;
 	int32		pipeline_id;	/* being drained, if DRAINING */
 	PipelineStat pipes[EXACTONCE_WORKER_PIPELINES];

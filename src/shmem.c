@@ -9,6 +9,8 @@
  * view reads all slots under it in shared mode.  The wake-up trigger only
  * reads slot->latch and slot->dboid, under the shared lock, and sets the
  * latch; a latch pointer is set by its worker at start and cleared at exit.
+ * A slot's count of wake-ups is an atomic: bumped under the shared lock by
+ * any number of wakers at once, read by its worker without the lock.
  *
  * Without shared_preload_libraries there is no shared state: the trigger and
  * the view then see no workers, and everything else works as before.
@@ -92,7 +94,10 @@ ShmemInit(void)
 }
 
 /*
- * WakeWorkers sets the latch of every drain worker of this database.
+ * WakeWorkers sets the latch of every drain worker of this database.  It
+ * counts the wake-up first: a worker that is waiting for a lock when its
+ * latch is set loses the wake-up to the lock wait, and looks at the count
+ * before it sleeps.
  */
 void
 WakeWorkers(void)
@@ -105,7 +110,10 @@ WakeWorkers(void)
 		WorkerSlot *slot = &exactonce_shared->slots[i];
 
 		if (slot->latch != NULL && slot->dboid == MyDatabaseId)
+		{
+			pg_atomic_fetch_add_u64(&slot->wakes, 1);
 			SetLatch(slot->latch);
+		}
 	}
 	LWLockRelease(exactonce_shared->lock);
 }

@@ -175,6 +175,7 @@ exactonce_launcher_main(Datum arg)
 			WorkerSlot *slot = &exactonce_shared->slots[nslots];
 
 			memset(slot, 0, sizeof(WorkerSlot));
+			pg_atomic_init_u64(&slot->wakes, 0);
 			slot->index = i;
 			slot->nworkers = exactonce_workers;
 			dbnames[nslots++] = pstrdup(lfirst(lc));
@@ -532,8 +533,10 @@ exactonce_drain_main(Datum arg)
 	{
 		bool		worked;
 		bool		sealing;
+		uint64		wakes;
 
 		ResetLatch(MyLatch);
+		wakes = pg_atomic_read_u64(&my_slot->wakes);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -546,8 +549,13 @@ exactonce_drain_main(Datum arg)
 		worked = DrainRound(round_cxt, &sealing);
 		MemoryContextReset(round_cxt);
 
-		/* an inserting transaction's commit sets no latch: poll for it */
-		if (!worked && !terminate)
+		/*
+		 * Sleep unless there was work or a wake-up came during the round
+		 * (whose latch a lock wait may have spent).  An inserting
+		 * transaction's commit sets no latch: poll for it while sealing.
+		 */
+		if (!worked && !terminate &&
+			pg_atomic_read_u64(&my_slot->wakes) == wakes)
 		{
 			pgstat_report_activity(STATE_IDLE, NULL);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
