@@ -24,7 +24,7 @@ OBJS = \
 	src/offsets.o
 
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
-DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql
+DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql
 EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

@@ -59,6 +59,19 @@ SELECT count(*) AS extension_members FROM pg_depend
 WHERE classid = 'pg_class'::regclass AND objid = 'old.shard'::regclass AND deptype = 'e';
 SELECT attname FROM pg_attribute WHERE attrelid = 'old.progress'::regclass AND attname LIKE 'drain%' AND NOT attisdropped;
 
+-- 1.1 -> 1.2 in the middle of the partition: the shard's TID position
+-- becomes a count of the rows it took (40), and every queue row gets an
+-- ingest_id in its order; the rows are rewritten but none is taken twice
+DELETE FROM old.ingest_0 WHERE key = 'k100';
+INSERT INTO old.ingest (key, version, value, d, ingest_slot) VALUES ('k100', 1, 1, 'x', 0);
+ALTER EXTENSION exactonce UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
+SELECT shard, drain_rotation, drain_count, drain_digest FROM old.shard;
+SELECT count(*) AS rows, count(DISTINCT ingest_id) AS ids FROM old.ingest;
+SELECT pg_get_userbyid(relowner) AS sequence_owner, count(d.objid) AS extension_members
+FROM pg_class c LEFT JOIN pg_depend d ON d.objid = c.oid AND d.deptype = 'e'
+WHERE c.oid = pg_get_serial_sequence('old.ingest', 'ingest_id')::regclass GROUP BY 1;
+SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'old.ingest'::regclass AND contype = 'c';
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE eo_upgrade_owner;
 SELECT exactonce.flush('old');
@@ -71,7 +84,7 @@ RESET ROLE;
 SELECT exactonce.create_pipeline('new', ARRAY['d']);
 SELECT name, shards FROM exactonce.pipelines ORDER BY name;
 
--- the upgraded catalog is the one a fresh 1.1 install makes
+-- the upgraded catalog is the one a fresh install makes
 CREATE TEMP TABLE upgraded AS
 SELECT p.oid::regprocedure::text AS obj, pg_get_function_result(p.oid) AS detail FROM pg_proc p
 WHERE p.pronamespace = 'exactonce'::regnamespace

@@ -230,13 +230,13 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainBatch takes one batch of a shard's events from a partition, from
- * *position on, through state and map, adding what happened to counts.  It
- * moves *position past the rows it read; when the batch comes up short the
- * partition is exhausted for the shard.
+ * DrainBatch takes one batch of a shard's events from the partition of
+ * pos->rotation, after pos, through state and map, adding what happened to
+ * counts.  It moves pos past the rows it read; when the batch comes up short
+ * the partition is exhausted for the shard.
  */
 static DrainResult
-DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts *counts)
+DrainBatch(Pipeline *p, int shard, QueuePosition *pos, StageCounts *counts)
 {
 	int			max = exactonce_batch_size;
 	static MemoryContext batch_cxt = NULL;
@@ -257,12 +257,11 @@ DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts 
 	events = palloc(sizeof(Event) * max);
 
 	CHECK_FOR_INTERRUPTS();
-	r.taken = QueueReadBatch(p, (int) (rotation % EXACTONCE_SLOTS), shard, position,
-							 max, events);
+	r.taken = QueueReadBatch(p, shard, pos, max, events);
 	for (int i = 0; i < r.taken; i++)
 		r.oldest = Min(r.oldest, events[i].event_time);
 	if (r.taken > 0)
-		ProcessBatch(p, events, (int) r.taken, rotation, counts);
+		ProcessBatch(p, events, (int) r.taken, pos->rotation, counts);
 	r.exhausted = r.taken < max;
 	r.worked = r.taken > 0 || r.exhausted;
 	MemoryContextSwitchTo(old);
@@ -270,19 +269,19 @@ DrainBatch(Pipeline *p, int shard, int64 rotation, int64 *position, StageCounts 
 }
 
 /*
- * DrainSlot drains a partition for one shard from *position to its end,
- * batch by batch, recording each batch's counts, and returns the number of
- * events taken.
+ * DrainSlot drains a partition for one shard from pos to its end, batch by
+ * batch, recording each batch's counts, and returns the number of events
+ * taken.
  */
 static int64
-DrainSlot(Pipeline *p, int shard, int64 rotation, int64 *position)
+DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 {
 	int64		total = 0;
 
 	for (;;)
 	{
 		StageCounts counts = {0};
-		DrainResult r = DrainBatch(p, shard, rotation, position, &counts);
+		DrainResult r = DrainBatch(p, shard, pos, &counts);
 
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		total += r.taken;
@@ -299,14 +298,13 @@ DrainSlot(Pipeline *p, int shard, int64 rotation, int64 *position)
 int64
 DrainPipeline(Pipeline *p)
 {
-	int64		rotations[EXACTONCE_MAX_SHARDS],
-				positions[EXACTONCE_MAX_SHARDS];
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
 				drain_rotation;
 	bool		paused;
 	int64		total = 0;
 
-	ShardsRead(p, true, rotations, positions);
+	ShardsRead(p, true, shards);
 	ProgressLock(p, &rotation, &drain_rotation, &paused);
 	QueueFreeze(p);
 
@@ -318,14 +316,18 @@ DrainPipeline(Pipeline *p)
 	for (int s = 0; s < p->nshards; s++)
 	{
 		int64		taken = 0;
+		QueuePosition end;
 
-		for (int64 r = rotations[s]; r <= rotation; r++)
+		for (int64 r = shards[s].rotation; r <= rotation; r++)
 		{
-			int64		position = r == rotations[s] ? positions[s] : 0;
+			QueuePosition pos = shards[s];
 
-			taken += DrainSlot(p, s, r, &position);
+			if (r != shards[s].rotation)
+				QueuePositionStart(&pos, r);
+			taken += DrainSlot(p, s, &pos);
 		}
-		ShardRecord(p, s, rotation, 0, taken);
+		QueuePositionStart(&end, rotation);
+		ShardRecord(p, s, &end, taken);
 		total += taken;
 	}
 	if (drain_rotation < rotation)
@@ -353,14 +355,13 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 
 	if (drain_rotation < rotation)
 	{
-		int64		rotations[EXACTONCE_MAX_SHARDS],
-					positions[EXACTONCE_MAX_SHARDS];
+		QueuePosition shards[EXACTONCE_MAX_SHARDS];
 		int			slotno = (int) (drain_rotation % EXACTONCE_SLOTS);
 
 		/* the last shard to finish does this */
-		ShardsRead(p, false, rotations, positions);
+		ShardsRead(p, false, shards);
 		for (int s = 0; s < p->nshards; s++)
-			if (rotations[s] < rotation)
+			if (shards[s].rotation < rotation)
 				return r;
 
 		/*
@@ -400,9 +401,8 @@ DrainResult
 DrainStep(Pipeline *p, int shard, SealState **seal)
 {
 	int64		rotation,
-				drain_rotation,
-				shard_rotation,
-				position;
+				drain_rotation;
+	QueuePosition pos;
 	bool		paused;
 	StageCounts counts = {0};
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
@@ -413,7 +413,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	 * pipelines waiting.  The next round, at the latest after naptime, looks
 	 * again.
 	 */
-	if (!ShardLock(p, shard, &shard_rotation, &position))
+	if (!ShardLock(p, shard, &pos))
 		return r;
 
 	/*
@@ -431,7 +431,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	if (paused)
 		return r;
 
-	if (shard_rotation < rotation)
+	if (pos.rotation < rotation)
 	{
 		/*
 		 * The partition is sealed once no transaction may insert into it:
@@ -441,16 +441,15 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		 * transaction left open must not hold up the worker's other
 		 * pipelines.
 		 */
-		if (position == 0 && !QueueSealed(p, rotation, seal))
+		if (pos.tid == 0 && !QueueSealed(p, rotation, seal))
 		{
 			r.sealing = true;
 			return r;
 		}
-		r = DrainBatch(p, shard, shard_rotation, &position, &counts);
+		r = DrainBatch(p, shard, &pos, &counts);
 		if (r.exhausted)
-			ShardRecord(p, shard, shard_rotation + 1, 0, r.taken);
-		else
-			ShardRecord(p, shard, shard_rotation, position, r.taken);
+			QueuePositionStart(&pos, pos.rotation + 1);
+		ShardRecord(p, shard, &pos, r.taken);
 		ProgressLock(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);

@@ -4,8 +4,13 @@
  *		Module magic, settings and _PG_init.
  *
  * Loaded through shared_preload_libraries the module also starts the
- * background workers; loaded on demand every SQL function still works and
- * exactonce.flush() drains synchronously.
+ * background workers; loaded any other way (on first use, through
+ * session_preload_libraries or local_preload_libraries, or after the preload
+ * was removed) every SQL function still works, exactonce.flush() drains
+ * synchronously, and exactonce.pipelines says that no worker runs.  The
+ * settings that only the postmaster can take (exactonce.database and
+ * exactonce.workers) exist only when preloaded: defining a PGC_POSTMASTER
+ * setting after startup is an error, as pg_stat_statements guards too.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,11 +30,11 @@ int			exactonce_naptime = 1000;
 void		_PG_init(void);
 
 /*
- * DefineSettings registers the exactonce.* settings that are not about fault
- * injection (fault.c owns those).
+ * DefineWorkerSettings registers the settings the postmaster reads to start
+ * the workers; only while preloading.
  */
 static void
-DefineSettings(void)
+DefineWorkerSettings(void)
 {
 	DefineCustomStringVariable("exactonce.database",
 							   "Database whose pipelines the background workers drain.",
@@ -48,7 +53,15 @@ DefineSettings(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
+}
 
+/*
+ * DefineSettings registers the exactonce.* settings every backend has, fault
+ * injection aside (fault.c owns those).
+ */
+static void
+DefineSettings(void)
+{
 	DefineCustomIntVariable("exactonce.batch_size",
 							"Maximum number of events taken from a queue in one batch.",
 							"Workers pick up a new value on reload; a session may set its own for flush().",
@@ -69,11 +82,14 @@ DefineSettings(void)
 }
 
 /*
- * _PG_init registers settings, fault injection and monitoring.
+ * _PG_init registers the settings and, when preloaded, the shared memory and
+ * the launcher of the workers.
  */
 void
 _PG_init(void)
 {
+	if (process_shared_preload_libraries_in_progress)
+		DefineWorkerSettings();
 	DefineSettings();
 	FaultInit();
 	MarkGUCPrefixReserved("exactonce");

@@ -232,6 +232,22 @@ extern void WakeWorkersAtCommit(void);
 /* worker.c */
 extern void WorkerInit(void);
 
+/*
+ * Where a shard stands in the queue: in the partition of "rotation", it has
+ * taken the first "count" rows of its keys in TID order.  The TID and the
+ * ingest_id of the last of them find the spot at once; count and digest
+ * find it again, or refuse, after the partition was rewritten (queue.c).
+ */
+typedef struct QueuePosition
+{
+	int64		rotation;
+	int64		tid;			/* block << 16 | offset; 0 before the first row */
+	int64		row;			/* ingest_id of the row at tid */
+	int64		count;			/* rows of the shard taken from the partition */
+	int64		digest;			/* sum of QueueRowDigest(ingest_id) over them */
+	bool		digest_known;	/* false for a position carried over from 1.1 */
+} QueuePosition;
+
 /* The transactions a worker waits for before draining a rotated partition. */
 typedef struct SealState
 {
@@ -263,10 +279,9 @@ extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation);
 extern void ProgressRotate(Pipeline *p);
-extern bool ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position);
-extern void ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions);
-extern void ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position,
-						int64 taken);
+extern bool ShardLock(Pipeline *p, int shard, QueuePosition *pos);
+extern void ShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
+extern void ShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken);
 extern void PipelineLockAll(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 							bool *paused);
 extern void DeadLettersInsert(Pipeline *p, DeadLetter *dl, int n);
@@ -316,15 +331,15 @@ extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
 extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,
 								 AttrNumber *attnums, Event *ev);
 extern int	KeyShard(Pipeline *p, text *key);
-extern int	QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position,
-						   int max, Event *events);
+extern void QueuePositionStart(QueuePosition *pos, int64 rotation);
+extern int	QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max,
+						   Event *events);
 extern void QueueTruncateSlot(Pipeline *p, int slotno);
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-					   int64 *shard_rotations, int64 *shard_positions,
-					   TimestampTz *oldest);
+					   QueuePosition *shards, TimestampTz *oldest);
 
 /* state.c */
 extern Event *EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents);

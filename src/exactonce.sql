@@ -98,6 +98,13 @@ LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION exactonce.ingest_slot(regclass) IS
 	'default of ingest.ingest_slot: the queue partition that currently takes inserts';
 
+CREATE FUNCTION exactonce.ingest_slot_check(slot integer, ingest regclass)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'exactonce_ingest_slot_check'
+LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION exactonce.ingest_slot_check(integer, regclass) IS
+	'check constraint ingest_slot_open of each ingest queue: rows enter only the partition taking inserts, never a sealed one';
+
 CREATE FUNCTION exactonce.wake()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'exactonce_wake'

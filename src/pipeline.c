@@ -42,9 +42,12 @@ PG_FUNCTION_INFO_V1(exactonce_pause);
 PG_FUNCTION_INFO_V1(exactonce_resume);
 PG_FUNCTION_INFO_V1(exactonce_set_shards);
 
+#define SHARD_TABLE_COMMENT \
+	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids) and the events it took"
+
 /* column names a dimension may not take */
 static const char *const reserved_columns[] = {
-	"key", "version", "value", "deleted", "event_time", "ingest_slot",
+	"key", "version", "value", "deleted", "event_time", "ingest_slot", "ingest_id",
 	"level", "total", "keys", "updated_at", "reason", "failed_at", NULL
 };
 
@@ -212,11 +215,14 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 					 " shard integer PRIMARY KEY,"
 					 " drain_rotation bigint NOT NULL DEFAULT 0,"
 					 " drain_position bigint NOT NULL DEFAULT 0,"
-					 " taken bigint NOT NULL DEFAULT 0"
+					 " taken bigint NOT NULL DEFAULT 0,"
+					 " drain_row bigint,"
+					 " drain_count bigint NOT NULL DEFAULT 0,"
+					 " drain_digest bigint DEFAULT 0"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"
-					 "COMMENT ON TABLE %s.shard IS 'exactonce: drain position of each key shard (the rotation it drains and the last queue TID it took there) and the events it took';\n",
-					 s, s, nshards - 1, s);
+					 "COMMENT ON TABLE %s.shard IS '%s';\n",
+					 s, s, nshards - 1, s, SHARD_TABLE_COMMENT);
 
 	/* ingest: the queue, two partitions that take turns */
 	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
@@ -224,18 +230,23 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	AppendDims(&sql, dims, ndims, true);
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),"
-					 " ingest_slot integer NOT NULL"
+					 " ingest_slot integer NOT NULL,"
+					 " ingest_id bigint NOT NULL GENERATED ALWAYS AS IDENTITY (CACHE 100)"
 					 ") PARTITION BY LIST (ingest_slot);\n");
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ALTER COLUMN ingest_slot"
 					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
+					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
+	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open"
+					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s)) NOT VALID;\n",
 					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
 	appendStringInfo(&sql, "CREATE TRIGGER wake AFTER INSERT ON %s.ingest"
 					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n"
 					 "COMMENT ON TRIGGER wake ON %s.ingest IS 'exactonce: wakes the background workers';\n",
 					 s, s);
 	appendStringInfo(&sql, "COMMENT ON TABLE %s.ingest IS 'exactonce: the queue; INSERT or COPY events here';\n"
-					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n",
-					 s, s);
+					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n"
+					 "COMMENT ON COLUMN %s.ingest.ingest_id IS 'managed by exactonce: identifies the row in drain positions';\n",
+					 s, s, s);
 	for (int i = 0; i < EXACTONCE_SLOTS; i++)
 		appendStringInfo(&sql,
 						 "CREATE TABLE %s.ingest_%d PARTITION OF %s.ingest FOR VALUES IN (%d)"

@@ -17,14 +17,34 @@
  *	   sees the new rotation, because exactonce_ingest_slot locks the parent
  *	   before it reads the rotation with a fresh snapshot.
  *
+ * No row enters a partition once it is sealed: the NOT VALID check
+ * ingest_slot_open (exactonce_ingest_slot_check) holds every row, however it
+ * comes (a set ingest_slot, an INSERT or COPY straight into a partition, a
+ * logical replication subscription), to the partition taking inserts, with
+ * the same lock the default takes.  NOT VALID keeps pg_restore, which loads
+ * the rows before it adds the constraint, out of its way.
+ *
  * A sealed partition never changes, so its rows are read in TID order in
  * batches.  Keys are split into shards by a hash (KeyShard), and the shards
  * are drained independently, each by one worker: a shard reads the rows of
- * its keys and skips the others, and its row in table shard remembers the
- * last TID it took, moved in the same transaction as the batch's effects.
- * Once every shard has passed the end, the partition is truncated, which
- * returns its space at once, however old the oldest open snapshot is.
+ * its keys and skips the others, and its row in table shard remembers where
+ * it stands (QueuePosition), moved in the same transaction as the batch's
+ * effects.  Once every shard has passed the end, the partition is truncated,
+ * which returns its space at once, however old the oldest open snapshot is.
  * Nothing deletes queue rows one by one.
+ *
+ * A TID alone is no position: VACUUM FULL, CLUSTER, a rewriting ALTER
+ * TABLE, pg_repack and a dump restored elsewhere move rows.  A position is
+ * therefore "the first count rows of the shard's keys, in TID order", with
+ * the sum of a hash of their ingest_id (a value each row gets from the
+ * queue's identity sequence, unique within the queue).  The TID and
+ * ingest_id of the last row taken find the spot without a search; when they
+ * no longer match, the shard counts its rows again from the start of the
+ * partition and goes on after the count-th, if the digest of the rows
+ * before it is the one recorded.  The rewrites above keep the rows' order,
+ * so they pass; one that reorders the rows or drops some the shard had
+ * taken fails the digest and the shard refuses to go on rather than miss or
+ * repeat events.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +70,7 @@
 #include "storage/bufmgr.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
+PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
 
 /*
  * The slot read for one queue by this (sub)transaction.  It is valid while
@@ -111,21 +132,20 @@ QueueProgress(Oid ingest)
 }
 
 /*
- * exactonce_ingest_slot is the default of ingest.ingest_slot: the partition
- * that takes inserts now.  It locks the queue first, so that a worker sealing
- * the other partition waits for this transaction; only a role that may
- * insert into the queue may take that lock.
+ * OpenSlot returns the partition of queue "ingest" that takes inserts now.
+ * It locks the queue first, so that a worker sealing the other partition
+ * waits for this transaction; only a role that may insert into the queue
+ * may take that lock.
  */
-Datum
-exactonce_ingest_slot(PG_FUNCTION_ARGS)
+static int
+OpenSlot(Oid ingest)
 {
-	Oid			ingest = PG_GETARG_OID(0);
 	Oid			progress;
 	AclResult	acl;
 
 	if (ingest == slot_cache_ingest && MyProc->lxid == slot_cache_lxid &&
 		GetCurrentSubTransactionId() == slot_cache_subxid)
-		PG_RETURN_INT32(slot_cache_slot);
+		return slot_cache_slot;
 
 	progress = QueueProgress(ingest);
 	acl = pg_class_aclcheck(ingest, GetUserId(), ACL_INSERT);
@@ -137,7 +157,40 @@ exactonce_ingest_slot(PG_FUNCTION_ARGS)
 	slot_cache_ingest = ingest;
 	slot_cache_lxid = MyProc->lxid;
 	slot_cache_subxid = GetCurrentSubTransactionId();
-	PG_RETURN_INT32(slot_cache_slot);
+	return slot_cache_slot;
+}
+
+/*
+ * exactonce_ingest_slot is the default of ingest.ingest_slot.
+ */
+Datum
+exactonce_ingest_slot(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(OpenSlot(PG_GETARG_OID(0)));
+}
+
+/*
+ * exactonce_ingest_slot_check is the check constraint ingest_slot_open: a
+ * row may only enter the partition taking inserts.  It fails with an error
+ * of its own rather than returning false, to say why and what to do.
+ */
+Datum
+exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
+{
+	int32		slot = PG_GETARG_INT32(0);
+	Oid			ingest = PG_GETARG_OID(1);
+
+	int			open = OpenSlot(ingest);
+
+	if (slot != open)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("queue partition %d of pipeline \"%s\" does not take inserts now",
+						slot, get_namespace_name(get_rel_namespace(ingest))),
+				 errdetail("Partition %d does; the other one may be sealed and draining, and a row added to it could be missed.", open),
+				 errhint("Insert into the queue, %s.ingest, and leave ingest_slot to its default.",
+						 quote_identifier(get_namespace_name(get_rel_namespace(ingest))))));
+	PG_RETURN_BOOL(true);
 }
 
 /*
@@ -309,16 +362,160 @@ TidPosition(ItemPointer tid)
 }
 
 /*
- * QueueReadBatch reads up to max events of a shard's keys from a sealed
- * partition that follow *position, and advances *position to the last row
- * read.
+ * RowDigest is what a row adds to a position's digest: a hash of its
+ * ingest_id, of the value rather than its bytes, so that it is the same on
+ * any machine a dump is restored to.
+ */
+static int64
+RowDigest(int64 id)
+{
+	return (int64) hash_bytes_uint32_extended((uint32) id, (uint64) id >> 32);
+}
+
+/*
+ * QueuePositionStart puts a position before the first row of rotation's
+ * partition.
+ */
+void
+QueuePositionStart(QueuePosition *pos, int64 rotation)
+{
+	memset(pos, 0, sizeof(QueuePosition));
+	pos->rotation = rotation;
+	pos->digest_known = true;
+}
+
+/*
+ * RowId returns the ingest_id of the row in slot.
+ */
+static int64
+RowId(TupleTableSlot *slot, AttrNumber attnum)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, attnum, &isnull);
+
+	if (isnull)
+		elog(ERROR, "queue row without ingest_id");
+	return DatumGetInt64(d);
+}
+
+/*
+ * IdAttnum returns the attribute number of ingest_id in a queue partition.
+ */
+static AttrNumber
+IdAttnum(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+
+		if (!att->attisdropped && att->atttypid == INT8OID &&
+			strcmp(NameStr(att->attname), "ingest_id") == 0)
+			return att->attnum;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("queue partition \"%s\" has no column ingest_id of type bigint",
+					RelationGetRelationName(rel)),
+			 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
+	return InvalidAttrNumber;	/* keep the compiler quiet */
+}
+
+/*
+ * PositionHolds tells whether the row a position names is still where it
+ * was: at its TID, with its ingest_id.  Then no rewrite moved the rows
+ * before it.
+ */
+static bool
+PositionHolds(Relation rel, Snapshot snap, AttrNumber id_attnum, QueuePosition *pos)
+{
+	ItemPointerData tid;
+	TupleTableSlot *slot;
+	bool		holds;
+
+	if (pos->tid == 0)
+		return true;
+	if (!pos->digest_known)
+		return false;
+	ItemPointerSet(&tid, (BlockNumber) (pos->tid >> 16), (OffsetNumber) (pos->tid & 0xFFFF));
+	if (!ItemPointerIsValid(&tid) || ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
+		return false;
+	slot = table_slot_create(rel, NULL);
+	holds = table_tuple_fetch_row_version(rel, &tid, snap, slot) &&
+		RowId(slot, id_attnum) == pos->row;
+	ExecDropSingleTupleTableSlot(slot);
+	return holds;
+}
+
+/*
+ * Relocate finds a position again in a rewritten partition: after the
+ * count-th row of the shard's keys in TID order, if the rows up to there
+ * are the ones the shard took (their digest matches).  Otherwise it refuses
+ * to go on: every way forward would miss or repeat events.
+ */
+static void
+Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
+		 AttrNumber key_attnum, AttrNumber id_attnum, QueuePosition *pos)
+{
+	ItemPointerData mintid,
+				maxtid;
+	TableScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	int64		count = 0;
+	int64		digest = 0;
+	int64		tid = 0;
+	int64		row = 0;
+
+	/* a TID range scan, never a synchronized one that starts half way */
+	ItemPointerSet(&mintid, 0, 1);
+	ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
+	while (count < pos->count &&
+		   table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		if (KeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull))) != shard)
+			continue;
+		row = RowId(slot, id_attnum);
+		digest += RowDigest(row);
+		tid = TidPosition(&slot->tts_tid);
+		count++;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+
+	if (count < pos->count || (pos->digest_known && digest != pos->digest))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shard %d of pipeline \"%s\" cannot find its position in queue partition \"%s\"",
+						shard, p->name, RelationGetRelationName(rel)),
+				 errdetail("The shard had taken " INT64_FORMAT " rows of the partition; the partition now %s.",
+						   pos->count, count < pos->count ? "has fewer rows of its keys" :
+						   "has other rows before that point"),
+				 errhint("Queue partitions must keep their rows and their order: do not CLUSTER them or delete from them. Restore the pipeline from a backup taken before.")));
+	ereport(LOG,
+			(errmsg("shard %d of pipeline \"%s\" found its position in rewritten queue partition \"%s\" after " INT64_FORMAT " rows",
+					shard, p->name, RelationGetRelationName(rel), count)));
+	pos->tid = tid;
+	pos->row = row;
+	pos->digest = digest;
+	pos->digest_known = true;
+}
+
+/*
+ * QueueReadBatch reads up to max events of a shard's keys from the sealed
+ * partition of pos->rotation that follow pos, and moves pos past them.
  */
 int
-QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Event *events)
+QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *events)
 {
-	Relation	rel = table_open(p->slots[slotno], AccessShareLock);
+	Relation	rel = table_open(p->slots[pos->rotation % EXACTONCE_SLOTS], AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+	AttrNumber	id_attnum = IdAttnum(rel);
 	ItemPointerData mintid,
 				maxtid;
 	TableScanDesc scan;
@@ -326,7 +523,10 @@ QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Eve
 	int			n = 0;
 
 	EventAttnums(p, RelationGetDescr(rel), attnums);
-	PositionTid(*position, &mintid);
+	if (!PositionHolds(rel, snap, id_attnum, pos))
+		Relocate(p, rel, snap, shard, attnums[EV_KEY], id_attnum, pos);
+
+	PositionTid(pos->tid, &mintid);
 	ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
 	scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
 	slot = table_slot_create(rel, NULL);
@@ -337,7 +537,7 @@ QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Eve
 		const char *missing;
 		bool		isnull;
 
-		*position = TidPosition(&slot->tts_tid);
+		CHECK_FOR_INTERRUPTS();
 		if (p->nshards > 1 &&
 			KeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
 			continue;
@@ -345,6 +545,10 @@ QueueReadBatch(Pipeline *p, int slotno, int shard, int64 *position, int max, Eve
 		if (missing)
 			elog(ERROR, "queue row of pipeline \"%s\" has no %s", p->name, missing);
 		ev->ord = n++;
+		pos->row = RowId(slot, id_attnum);
+		pos->tid = TidPosition(&slot->tts_tid);
+		pos->digest += RowDigest(pos->row);
+		pos->count++;
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
@@ -376,9 +580,10 @@ QueueHasRows(Pipeline *p, int slotno)
  */
 int64
 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-		   int64 *shard_rotations, int64 *shard_positions, TimestampTz *oldest)
+		   QueuePosition *shards, TimestampTz *oldest)
 {
 	int64		depth = 0;
+	int64		seen[EXACTONCE_MAX_SHARDS] = {0};
 
 	*oldest = DT_NOEND;
 	for (int64 r = drain_rotation; r <= rotation; r++)
@@ -409,9 +614,10 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 			Datum		t;
 			int			shard = KeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
 
-			/* taken by its shard already? */
-			if (r < shard_rotations[shard] ||
-				(r == shard_rotations[shard] && TidPosition(&slot->tts_tid) <= shard_positions[shard]))
+			/* taken by its shard already: the first count of its rows */
+			CHECK_FOR_INTERRUPTS();
+			if (r < shards[shard].rotation ||
+				(r == shards[shard].rotation && ++seen[shard] <= shards[shard].count))
 				continue;
 			t = slot_getattr(slot, time_attnum, &isnull);
 			depth++;

@@ -366,6 +366,10 @@ ProgressRotate(Pipeline *p)
 	SpiExec(SpiPlan(p, PLAN_PROGRESS_ROTATE, BuildProgressRotate, 0, NULL), NULL, NULL, 1);
 }
 
+/* the columns of a shard's position, in the order PositionFromRow reads */
+#define SHARD_POSITION_COLUMNS \
+	"drain_rotation, drain_position, drain_row, drain_count, drain_digest"
+
 /*
  * BuildShardLock: lock one shard's row, which serializes the state stage of
  * the keys in that shard, unless someone else holds it.
@@ -373,35 +377,52 @@ ProgressRotate(Pipeline *p)
 static const char *
 BuildShardLock(Pipeline *p)
 {
-	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard"
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard"
 					" WHERE shard = $1 FOR UPDATE SKIP LOCKED", quote_identifier(p->name));
 }
 
 /*
+ * PositionFromRow reads a shard's position from row i of SPI_tuptable.
+ */
+static void
+PositionFromRow(uint64 i, QueuePosition *pos)
+{
+	HeapTuple	tup = SPI_tuptable->vals[i];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+	Datum		d;
+
+	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	d = SPI_getbinval(tup, desc, 3, &isnull);
+	pos->row = isnull ? 0 : DatumGetInt64(d);
+	pos->count = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	d = SPI_getbinval(tup, desc, 5, &isnull);
+	pos->digest = isnull ? 0 : DatumGetInt64(d);
+	pos->digest_known = !isnull;
+}
+
+/*
  * ShardLock locks a shard's row until the end of the transaction and reads
- * its drain position: the rotation whose partition it drains and the last
- * TID it took there.  It returns false, without waiting, when the row is
- * locked already (by flush(), pause() or a caller of state_upsert()).
+ * its position.  It returns false, without waiting, when the row is locked
+ * already (by flush(), pause() or a caller of state_upsert()).
  */
 bool
-ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position)
+ShardLock(Pipeline *p, int shard, QueuePosition *pos)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(shard)};
-	bool		isnull;
 
 	SpiExec(SpiPlan(p, PLAN_SHARD_LOCK, BuildShardLock, 1, types), values, NULL, -1);
 	if (SPI_processed == 0)
 	{
-		int64		rotations[EXACTONCE_MAX_SHARDS],
-					positions[EXACTONCE_MAX_SHARDS];
+		QueuePosition all[EXACTONCE_MAX_SHARDS];
 
 		/* locked, not missing: this fails if a shard row is gone */
-		ShardsRead(p, false, rotations, positions);
+		ShardsRead(p, false, all);
 		return false;
 	}
-	*rotation = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*position = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	PositionFromRow(0, pos);
 	return true;
 }
 
@@ -412,59 +433,59 @@ ShardLock(Pipeline *p, int shard, int64 *rotation, int64 *position)
 static const char *
 BuildShardRead(Pipeline *p)
 {
-	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard ORDER BY shard",
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard ORDER BY shard",
 					quote_identifier(p->name));
 }
 
 static const char *
 BuildShardReadLock(Pipeline *p)
 {
-	return psprintf("SELECT drain_rotation, drain_position FROM %s.shard ORDER BY shard FOR UPDATE",
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard ORDER BY shard FOR UPDATE",
 					quote_identifier(p->name));
 }
 
 /*
- * ShardsRead reads the drain position of every shard into the arrays (of
- * p->nshards entries), locking the rows with lock.
+ * ShardsRead reads the position of every shard into pos (p->nshards
+ * entries), locking the rows with lock.
  */
 void
-ShardsRead(Pipeline *p, bool lock, int64 *rotations, int64 *positions)
+ShardsRead(Pipeline *p, bool lock, QueuePosition *pos)
 {
 	SPIPlanPtr	plan = lock ? SpiPlan(p, PLAN_SHARD_READ_LOCK, BuildShardReadLock, 0, NULL) :
 		SpiPlan(p, PLAN_SHARD_READ, BuildShardRead, 0, NULL);
 
 	SpiExec(plan, NULL, NULL, p->nshards);
 	for (int i = 0; i < p->nshards; i++)
-	{
-		bool		isnull;
-
-		rotations[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		positions[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-	}
+		PositionFromRow(i, &pos[i]);
 }
 
 /*
- * BuildShardSet: move a shard's drain position.
+ * BuildShardSet: move a shard's position.
  */
 static const char *
 BuildShardSet(Pipeline *p)
 {
 	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3,"
-					" taken = taken + $4 WHERE shard = $1", quote_identifier(p->name));
+					" drain_row = $4, drain_count = $5, drain_digest = $6,"
+					" taken = taken + $7 WHERE shard = $1", quote_identifier(p->name));
 }
 
 /*
- * ShardRecord records the drain position a shard reached and the number of
- * events it took on the way.
+ * ShardRecord records the position a shard reached and the number of events
+ * it took on the way.
  */
 void
-ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position, int64 taken)
+ShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken)
 {
-	Oid			types[4] = {INT4OID, INT8OID, INT8OID, INT8OID};
-	Datum		values[4] = {Int32GetDatum(shard), Int64GetDatum(rotation),
-	Int64GetDatum(position), Int64GetDatum(taken)};
+	Oid			types[7] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[7] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
+		Int64GetDatum(pos->tid), Int64GetDatum(pos->row), Int64GetDatum(pos->count),
+	Int64GetDatum(pos->digest), Int64GetDatum(taken)};
+	char		nulls[8] = "       ";
 
-	SpiExec(SpiPlan(p, PLAN_SHARD_SET, BuildShardSet, 4, types), values, NULL, 1);
+	if (!pos->digest_known)
+		nulls[5] = 'n';
+	SpiExec(SpiPlan(p, PLAN_SHARD_SET, BuildShardSet, 7, types), values, nulls, 1);
 }
 
 /*
@@ -476,10 +497,9 @@ ShardRecord(Pipeline *p, int shard, int64 rotation, int64 position, int64 taken)
 void
 PipelineLockAll(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
-	int64		rotations[EXACTONCE_MAX_SHARDS],
-				positions[EXACTONCE_MAX_SHARDS];
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 
-	ShardsRead(p, true, rotations, positions);
+	ShardsRead(p, true, shards);
 	ProgressLock(p, rotation, drain_rotation, paused);
 }
 

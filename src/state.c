@@ -608,7 +608,11 @@ Validate(StateWork *w, Event *ev)
 /*
  * CheckDirectWrites refuses to write a relation directly if it has more than
  * its primary key or other columns than the pipeline made: those would not
- * be maintained (no executor, no defaults).
+ * be maintained (no executor, no defaults).  Nor does a direct write fire
+ * triggers, so a table with triggers is refused too: pg_repack, for one,
+ * follows the changes to a table it rebuilds with a trigger, and would
+ * lose the stage's writes.  The stage waits out such a tool (its trigger
+ * goes with its last step) instead.
  */
 static void
 CheckDirectWrites(Relation rel, int ncolumns)
@@ -617,6 +621,13 @@ CheckDirectWrites(Relation rel, int ncolumns)
 	List	   *indexes = RelationGetIndexList(rel);
 	int			n = 0;
 
+	if (rel->trigdesc != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" has triggers, which the pipeline's writes would not fire",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail("The pipeline writes this table directly, without the executor. A tool that follows changes with a trigger, such as pg_repack, would lose them."),
+				 errhint("The pipeline goes on once the trigger is gone: wait for the tool to finish, or drop the trigger.")));
 	for (int a = 0; a < desc->natts; a++)
 		if (!TupleDescAttr(desc, a)->attisdropped)
 			n++;

@@ -70,6 +70,10 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 				backoff = false,
 				stopping = false;
 
+	/* without workers, say why: flush() is then what drains */
+	values[1] = CStringGetTextDatum(paused ? "paused" :
+									exactonce_shared == NULL ? "not preloaded" : "no worker");
+	nulls[1] = false;
 	if (exactonce_shared == NULL)
 		return;
 	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
@@ -147,8 +151,7 @@ ReadProgress(void *arg)
 	HeapTuple	tup;
 	TupleDesc	desc;
 	int64		depth;
-	int64		rotations[EXACTONCE_MAX_SHARDS],
-				positions[EXACTONCE_MAX_SHARDS];
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	TimestampTz oldest;
 	bool		isnull;
 	Oid			save_userid;
@@ -171,10 +174,10 @@ ReadProgress(void *arg)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	ShardsRead(p, false, rotations, positions);
+	ShardsRead(p, false, shards);
 	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
 					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
-					   rotations, positions, &oldest);
+					   shards, &oldest);
 	SetUserIdAndSecContext(save_userid, save_sec);
 
 	pr->values[4] = SPI_getbinval(tup, desc, 1, &isnull);
