@@ -30,6 +30,11 @@ EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out
 
+# TAP tests (test/t/*.pl) with PostgreSQL::Test::Cluster, each on clusters
+# of its own; "make installcheck" runs them after the pg_regress suite.
+TAP_TESTS = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+
 # -Wextra on top of PGXS's -Wall; the three exclusions are noise from the
 # server headers themselves, not from this code.
 PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
@@ -38,11 +43,24 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# after PGXS, which sets it empty: the tests' shared module
+PROVE_FLAGS = -I test/t
+
 $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
 	cp $< $@
 
 # every object depends on the shared header (PGXS tracks no dependencies)
 $(OBJS): src/exactonce.h
+
+# each suite on its own: pg_regress against the running server, the TAP
+# tests on their own clusters
+regresscheck:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+
+tapcheck:
+	$(prove_installcheck)
+
+.PHONY: regresscheck tapcheck bench
 
 # the benchmark: COPY floor, the naive SQL peer and exactonce on the same events
 bench:

@@ -251,6 +251,8 @@ typedef struct QueuePosition
 /* The transactions a worker waits for before draining a rotated partition. */
 typedef struct SealState
 {
+	Oid			ingest;			/* the queue they were taken for: a pipeline
+								 * recreated under the same id has another */
 	int64		rotation;		/* the rotation they were taken for, -1 none */
 	int			n;
 	VirtualTransactionId vxids[FLEXIBLE_ARRAY_MEMBER];

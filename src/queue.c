@@ -207,7 +207,7 @@ QueueSealed(Pipeline *p, int64 rotation, SealState **seal)
 	SealState  *s = *seal;
 	int			kept = 0;
 
-	if (s == NULL || s->rotation != rotation)
+	if (s == NULL || s->rotation != rotation || s->ingest != p->ingest)
 	{
 		LOCKTAG		tag;
 		VirtualTransactionId *vxids;
@@ -219,6 +219,7 @@ QueueSealed(Pipeline *p, int64 rotation, SealState **seal)
 			pfree(s);
 		s = MemoryContextAlloc(TopMemoryContext,
 							   offsetof(SealState, vxids) + sizeof(VirtualTransactionId) * Max(n, 1));
+		s->ingest = p->ingest;
 		s->rotation = rotation;
 		s->n = n;
 		memcpy(s->vxids, vxids, sizeof(VirtualTransactionId) * n);

@@ -1,0 +1,214 @@
+
+# ExactonceTest: what the TAP tests of exactonce share.
+#
+# A test's producer writes each event it makes once into table "truth" and
+# sends it to the queue of pipeline "trades" at least once: with duplicates,
+# late stale versions and in shuffled order, recording in table "sent" how
+# many rows it queued, all in one transaction.  The oracle is computed from
+# "truth" alone, never from the pipeline's state: a key counts with its
+# highest version, in that version's cell, unless it is a tombstone.  A test
+# is decided by eo_check: aggregates equal the oracle row for row, and the
+# pipeline ingested exactly the rows that were sent, each accounted for once.
+
+package ExactonceTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(eo_node eo_setup eo_produce eo_produce_aborted eo_wait_drained
+  eo_check eo_half_drain eo_pause eo_resume eo_queue_partition);
+
+# distinct keys of the producer's events
+our $KEYS = 1000;
+
+# eo_node(name, preload => 0|1, conf => text, init => {...}, start => 0|1):
+# a cluster, by default with the workers preloaded for database postgres.
+sub eo_node
+{
+	my ($name, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%{ $opt{init} // {} });
+	$node->append_conf('postgresql.conf', "max_prepared_transactions = 10\n");
+	$node->append_conf(
+		'postgresql.conf', q{
+shared_preload_libraries = 'exactonce'
+exactonce.database = 'postgres'
+exactonce.workers = 2
+exactonce.naptime = '200ms'
+}) if $opt{preload} // 1;
+	$node->append_conf('postgresql.conf', $opt{conf}) if $opt{conf};
+	$node->start if $opt{start} // 1;
+	return $node;
+}
+
+# eo_setup(node, db): the extension, pipeline "trades" and the producer's
+# record of what it made and sent.
+sub eo_setup
+{
+	my ($node, $db) = @_;
+	$node->safe_psql(
+		$db, q{
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS exactonce;
+SELECT exactonce.create_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk']);
+CREATE TABLE truth (key text, version bigint, value numeric, risk_type text, region text,
+	trade_desk text, deleted boolean, PRIMARY KEY (key, version));
+CREATE TABLE sent (n bigint NOT NULL);
+});
+	return;
+}
+
+# The events numbered from .. to: event i is version i of key k<i % KEYS>;
+# its cell changes with i (a modification that moves the key), and every
+# 17th is a tombstone.
+sub events_sql
+{
+	my ($from, $to) = @_;
+	return qq{
+SELECT 'k' || (i % $KEYS) AS key, i::bigint AS version, ((i * 7919) % 100000) / 100.0 AS value,
+	(ARRAY['Delta', 'Vega', 'Gamma'])[1 + i % 3] AS risk_type,
+	(ARRAY['AMER', 'EMEA', 'APAC'])[1 + (i / 3) % 3] AS region,
+	(ARRAY['FXSpot', 'Rates', 'Credit', 'Equity'])[1 + (i / 7) % 4] AS trade_desk,
+	i % 17 = 0 AS deleted
+FROM generate_series($from, $to) i};
+}
+
+# The statements that produce events from .. to: recorded in truth, queued
+# with every 5th twice and every 7th key's previous version again (stale
+# unless it is still the newest), shuffled, and counted in sent.
+sub produce_sql
+{
+	my ($from, $to) = @_;
+	my $events = events_sql($from, $to);
+	return qq{
+BEGIN;
+CREATE TEMP TABLE batch ON COMMIT DROP AS $events;
+CREATE TEMP TABLE queued ON COMMIT DROP AS
+SELECT * FROM (
+	SELECT * FROM batch
+	UNION ALL SELECT * FROM batch WHERE version % 5 = 0
+	UNION ALL SELECT t.* FROM batch b JOIN truth t ON t.key = b.key AND t.version = b.version - $KEYS
+		WHERE b.version % 7 = 0) e
+ORDER BY md5(key || '/' || version || '/' || random());
+INSERT INTO truth SELECT * FROM batch;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
+	SELECT * FROM queued;
+INSERT INTO sent SELECT count(*) FROM queued;
+COMMIT;
+};
+}
+
+# eo_produce(node, db, from, to): produce events from .. to.
+sub eo_produce
+{
+	my ($node, $db, $from, $to) = @_;
+	$node->safe_psql($db, produce_sql($from, $to));
+	return;
+}
+
+# eo_produce_aborted(node, db, n): a transaction that queues n rows and
+# rolls back, leaving dead rows that a rewrite of the partition removes,
+# which moves every row after them.
+sub eo_produce_aborted
+{
+	my ($node, $db, $n) = @_;
+	$node->safe_psql(
+		$db, qq{
+BEGIN;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+	SELECT 'aborted', i, 1, 'x', 'x', 'x' FROM generate_series(1, $n) i;
+ROLLBACK;
+});
+	return;
+}
+
+sub eo_pause
+{
+	my ($node, $db) = @_;
+	$node->safe_psql($db, "SELECT exactonce.pause('trades')");
+	return;
+}
+
+sub eo_resume
+{
+	my ($node, $db) = @_;
+	$node->safe_psql($db, "SELECT exactonce.resume('trades')");
+	return;
+}
+
+# eo_queue_partition(node, db): the queue partition shard 0 is draining.
+sub eo_queue_partition
+{
+	my ($node, $db) = @_;
+	return 'trades.ingest_'
+	  . $node->safe_psql($db,
+		"SELECT drain_rotation % 2 FROM trades.shard WHERE shard = 0");
+}
+
+# eo_half_drain(node, db, from, to): with the workers, leave the pipeline
+# paused half way through a queue partition of events from .. to (after
+# some aborted rows), and tell whether it is: some rows taken, some queued.
+sub eo_half_drain
+{
+	my ($node, $db, $from, $to) = @_;
+	eo_pause($node, $db);
+	eo_produce_aborted($node, $db, 2000);
+	eo_produce($node, $db, $from, $to);
+	$node->safe_psql($db,
+		"ALTER SYSTEM SET exactonce.batch_size = 50; SELECT pg_reload_conf()");
+	eo_resume($node, $db);
+	$node->poll_query_until($db,
+		"SELECT sum(drain_count) > 0 FROM trades.shard")
+	  or die "the workers took nothing";
+	eo_pause($node, $db);
+	$node->safe_psql($db,
+		"ALTER SYSTEM RESET exactonce.batch_size; SELECT pg_reload_conf()");
+	return $node->safe_psql(
+		$db, q{
+SELECT (SELECT sum(drain_count) FROM trades.shard) > 0 AND queued > 0
+FROM exactonce.pipelines WHERE name = 'trades'}) eq 't';
+}
+
+# eo_wait_drained(node, db): wait until nothing is queued or staged.
+sub eo_wait_drained
+{
+	my ($node, $db) = @_;
+	return $node->poll_query_until(
+		$db, q{
+SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 'trades'});
+}
+
+# eo_check(node, db, label): the aggregates equal the oracle, and every row
+# sent was ingested once and accounted for.
+sub eo_check
+{
+	my ($node, $db, $label) = @_;
+	my $diff = $node->safe_psql(
+		$db, q{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM truth ORDER BY key, version DESC),
+oracle AS (
+	SELECT risk_type, region, trade_desk,
+		3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level,
+		sum(value) AS total, count(*) AS keys
+	FROM latest WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
+agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM trades.aggregates)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)});
+	is($diff, '0', "$label: aggregates equal the oracle");
+	my $acct = $node->safe_psql(
+		$db, q{
+SELECT ingested || ' of ' || (SELECT coalesce(sum(n), 0) FROM sent) || ' sent; '
+	|| (ingested = applied + duplicates + stale + dead_lettered) || ', dead ' || dead_lettered
+FROM exactonce.pipelines WHERE name = 'trades'});
+	my $sent = $node->safe_psql($db, "SELECT coalesce(sum(n), 0) FROM sent");
+	is($acct, "$sent of $sent sent; true, dead 0",
+		"$label: every row sent ingested once, accounted for");
+	return;
+}
+
+1;
