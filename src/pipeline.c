@@ -236,9 +236,6 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ALTER COLUMN ingest_slot"
 					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
 					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
-	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open"
-					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s)) NOT VALID;\n",
-					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
 	appendStringInfo(&sql, "CREATE TRIGGER wake AFTER INSERT ON %s.ingest"
 					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n"
 					 "COMMENT ON TRIGGER wake ON %s.ingest IS 'exactonce: wakes the background workers';\n",
@@ -253,6 +250,15 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 						 " WITH (autovacuum_enabled = false);\n"
 						 "COMMENT ON TABLE %s.ingest_%d IS 'exactonce: queue partition %d, truncated once drained';\n",
 						 s, i, s, i, s, i, i);
+
+	/*
+	 * Added once the partitions exist, so that theirs is NOT VALID too:
+	 * pg_dump then adds it after loading the rows, which a restore must
+	 * bring back to both partitions, the sealed one included.
+	 */
+	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open"
+					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s)) NOT VALID;\n",
+					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
 
 	/* state */
 	if (mode == PIPELINE_LATEST)

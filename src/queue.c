@@ -21,8 +21,10 @@
  * ingest_slot_open (exactonce_ingest_slot_check) holds every row, however it
  * comes (a set ingest_slot, an INSERT or COPY straight into a partition, a
  * logical replication subscription), to the partition taking inserts, with
- * the same lock the default takes.  NOT VALID keeps pg_restore, which loads
- * the rows before it adds the constraint, out of its way.
+ * the same lock the default takes.  It is NOT VALID on the partitions too,
+ * so pg_dump adds it after loading the rows: a restore brings back those of
+ * both partitions.  A row inserted or copied straight into a partition
+ * gets no ingest_id (the identity is the queue's) and is refused.
  *
  * A sealed partition never changes, so its rows are read in TID order in
  * batches.  Keys are split into shards by a hash (KeyShard), and the shards

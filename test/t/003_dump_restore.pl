@@ -1,0 +1,67 @@
+# pg_dump of a pipeline half way through a queue partition, restored with
+# pg_restore (custom format) and psql (plain format) into another database
+# and into another cluster: the restored copy drains every event once, from
+# where the dump left it, and goes on with new events.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ExactonceTest;
+
+my $node = eo_node('dump');
+my $db = 'postgres';
+eo_setup($node, $db);
+eo_produce($node, $db, 1, 5000);
+ok(eo_wait_drained($node, $db), 'a first load drained');
+ok(eo_half_drain($node, $db, 5001, 35000), 'half way through a partition');
+my $part = eo_queue_partition($node, $db);
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+$node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr($db), '-f', "$dir/dump.custom" ],
+	'pg_dump -Fc');
+$node->command_ok([ 'pg_dump', '-Fp', '-d', $node->connstr($db), '-f', "$dir/dump.sql" ],
+	'pg_dump -Fp');
+
+# the copy that is dumped goes on too
+eo_resume($node, $db);
+ok(eo_wait_drained($node, $db), 'the dumped database drains');
+eo_check($node, $db, 'dumped database');
+
+# restore: the rows of the half-drained partition are loaded again without
+# the aborted rows before them, so every TID has moved
+sub check_restored
+{
+	my ($target, $tdb, $label) = @_;
+	is( $target->safe_psql($tdb,
+			"SELECT (SELECT sum(drain_count) FROM trades.shard) > 0 AND paused FROM exactonce.pipelines"),
+		't', "$label: restored half way, paused");
+	$target->safe_psql($tdb, "SELECT exactonce.resume('trades')");
+	$target->safe_psql($tdb, "SELECT exactonce.flush('trades')");
+	eo_check($target, $tdb, "$label, drained");
+	eo_produce($target, $tdb, 35001, 40000);
+	$target->safe_psql($tdb, "SELECT exactonce.flush('trades')");
+	eo_check($target, $tdb, "$label, more events");
+	return;
+}
+
+$node->safe_psql($db, 'CREATE DATABASE custom; CREATE DATABASE plain');
+$node->command_ok([ 'pg_restore', '-d', $node->connstr('custom'), "$dir/dump.custom" ],
+	'pg_restore into another database');
+check_restored($node, 'custom', 'pg_restore, same cluster');
+$node->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('plain'), '-f', "$dir/dump.sql" ],
+	'plain dump restored with psql');
+check_restored($node, 'plain', 'plain format');
+
+my $other = eo_node('restored', preload => 0);
+$other->safe_psql('postgres', 'CREATE DATABASE copy');
+$other->command_ok([ 'pg_restore', '-d', $other->connstr('copy'), "$dir/dump.custom" ],
+	'pg_restore into another cluster');
+check_restored($other, 'copy', 'pg_restore, other cluster');
+
+$node->stop;
+$other->stop;
+done_testing();
