@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test/deps.sh: install what building and testing exactonce needs on Debian
-# bookworm, if it is missing: server headers, pgTAP and pg_prove, gnuplot.
+# bookworm, if it is missing: server headers, pgTAP and pg_prove, IPC::Run
+# (for the TAP tests), pg_repack, gnuplot.
 set -euo pipefail
 
 need=()
@@ -10,6 +11,8 @@ command -v pg_prove >/dev/null || need+=(libtap-parser-sourcehandler-pgtap-perl)
 command -v gcc >/dev/null || need+=(gcc make)
 command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 [ -f /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
+perl -MIPC::Run -e 1 2>/dev/null || need+=(libipc-run-perl)
+[ -x /usr/lib/postgresql/15/bin/pg_repack ] || need+=(postgresql-15-repack)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

@@ -1,82 +1,125 @@
 #!/usr/bin/env bash
-# test/run.sh: run every exactonce test on a throwaway cluster.
+# test/run.sh: run every exactonce test.
 #
 # Installs what is missing (Debian bookworm), builds and installs the
-# extension, starts a cluster as the postgres OS user with
-# shared_preload_libraries = 'exactonce', runs the pg_regress suite (sql/,
-# expected/), the pgTAP suites (test/pgtap/) and the scripted tests
-# (test/scripts/, which restart or kill the server), stops the cluster and
-# prints one line: "N passed, N failed".  Exits non-zero if anything failed.
+# extension, then:
+#   - on a throwaway cluster with shared_preload_libraries = 'exactonce' (run
+#     as the postgres OS user): the pg_regress suite (sql/, expected/), the
+#     pgTAP suites (test/pgtap/) and the scripted tests (test/scripts/, which
+#     restart or kill the server);
+#   - on a second throwaway cluster without the preload, where flush() is
+#     the driver: the pg_regress and pgTAP suites again;
+#   - the TAP tests (test/t/, PostgreSQL::Test::Cluster, each on clusters of
+#     its own) through "make tapcheck", as the postgres OS user;
+# and prints one line: "N passed, N failed", counting every assertion.
+# Exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DIR=${EXACTONCE_TEST_DIR:-/tmp/exactonce-test}
 PORT=${EXACTONCE_TEST_PORT:-54329}
+DIR_NOPRELOAD=$DIR-nopreload
+PORT_NOPRELOAD=$((PORT + 1))
 DB=exactonce_test
 
 bash test/deps.sh || exit 1
 make -s || exit 1
 make -s install >/dev/null || exit 1
 
-test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB,${DB}2'" "exactonce.workers = 2" || {
-	cat "$DIR/server.log" 2>/dev/null
-	exit 1
-}
-trap 'test/cluster.sh stop "$DIR"' EXIT
-export PGHOST=$DIR PGPORT=$PORT PGUSER=postgres
-export EXACTONCE_TEST_DIR=$DIR EXACTONCE_TEST_PORT=$PORT
-
 passed=0
 failed=0
 failures=()
 
-# pg_regress: one test per file in sql/
-mkdir -p test/regress_out
-make -s installcheck >test/regress_out/installcheck.log 2>&1
-while read -r name result; do
-	if [ "$result" = ok ]; then
-		passed=$((passed + 1))
-	else
-		failed=$((failed + 1))
-		failures+=("regress/$name")
-	fi
-done < <(sed -n -E 's/^(test| ) +([a-z0-9_]+) +\.\.\. +(ok|FAILED|failed).*/\2 \3/p' test/regress_out/installcheck.log)
-if grep -q "FAILED\|failed" test/regress_out/installcheck.log; then
-	cat test/regress_out/regression.diffs 2>/dev/null | head -200
-fi
-
-# pgTAP: every assertion counts
-createdb "$DB"
-psql -X -q -d "$DB" -c "CREATE EXTENSION pgtap; CREATE EXTENSION exactonce;" >/dev/null
-for f in test/pgtap/*.sql; do
-	[ -e "$f" ] || continue
-	out=$(pg_prove -v -d "$DB" "$f" 2>&1)
+# count "ok N" / "not ok N" lines of a TAP stream; a run that failed
+# without a failing assertion counts as one failure
+count_tap() {
+	local name=$1 out=$2 rc=$3 ok notok
 	ok=$(grep -c -E '^ *ok [0-9]+' <<<"$out")
 	notok=$(grep -c -E '^ *not ok [0-9]+' <<<"$out")
 	passed=$((passed + ok))
 	failed=$((failed + notok))
-	if ! grep -q "^Result: PASS" <<<"$out"; then
+	if [ "$rc" -ne 0 ] || [ "$notok" -ne 0 ]; then
 		[ "$notok" -eq 0 ] && failed=$((failed + 1))
-		failures+=("pgtap/$(basename "$f")")
-		echo "$out" | grep -v -E '^ *ok [0-9]+' | head -60
+		failures+=("$name")
+		echo "$out" | grep -v -E '^ *ok [0-9]+' | tail -60
 	fi
-done
+}
+
+# pg_regress against the cluster in PGHOST/PGPORT: one test per file in sql/
+run_regress() {
+	local label=$1 log=test/regress_out/regresscheck-$1.log
+	mkdir -p test/regress_out
+	make -s regresscheck >"$log" 2>&1
+	while read -r name result; do
+		if [ "$result" = ok ]; then
+			passed=$((passed + 1))
+		else
+			failed=$((failed + 1))
+			failures+=("regress/$label/$name")
+		fi
+	done < <(sed -n -E 's/^(test| ) +([a-z0-9_]+) +\.\.\. +(ok|FAILED|failed).*/\2 \3/p' "$log")
+	if grep -q "FAILED\|failed" "$log"; then
+		head -200 test/regress_out/regression.diffs 2>/dev/null
+	fi
+}
+
+# pgTAP: every assertion counts
+run_pgtap() {
+	local label=$1 f out
+	createdb "$DB"
+	psql -X -q -d "$DB" -c "CREATE EXTENSION pgtap; CREATE EXTENSION exactonce;" >/dev/null
+	for f in test/pgtap/*.sql; do
+		[ -e "$f" ] || continue
+		out=$(pg_prove -v -d "$DB" "$f" 2>&1)
+		grep -q "^Result: PASS" <<<"$out"
+		count_tap "pgtap/$label/$(basename "$f")" "$out" $?
+	done
+}
+
+trap 'test/cluster.sh stop "$DIR" 2>/dev/null; test/cluster.sh stop "$DIR_NOPRELOAD" 2>/dev/null' EXIT
+
+# 1. with the workers preloaded
+test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB,${DB}2'" "exactonce.workers = 2" || {
+	cat "$DIR/server.log" 2>/dev/null
+	exit 1
+}
+export PGHOST=$DIR PGPORT=$PORT PGUSER=postgres
+export EXACTONCE_TEST_DIR=$DIR EXACTONCE_TEST_PORT=$PORT
+run_regress preloaded
+run_pgtap preloaded
 
 # scripted tests: each prints TAP lines ("ok N - ..." / "not ok N - ...")
 for f in test/scripts/*.sh; do
 	[ -e "$f" ] || continue
 	out=$(bash "$f" 2>&1)
-	rc=$?
-	ok=$(grep -c -E '^ok [0-9]+' <<<"$out")
-	notok=$(grep -c -E '^not ok [0-9]+' <<<"$out")
-	passed=$((passed + ok))
-	failed=$((failed + notok))
-	if [ $rc -ne 0 ] || [ "$notok" -ne 0 ]; then
-		[ "$notok" -eq 0 ] && failed=$((failed + 1))
-		failures+=("scripts/$(basename "$f")")
-		echo "$out" | grep -v -E '^ok [0-9]+' | tail -40
-	fi
+	count_tap "scripts/$(basename "$f")" "$out" $?
 done
+test/cluster.sh stop "$DIR"
+
+# 2. without the preload: the same suites, flush() draining
+test/cluster.sh start "$DIR_NOPRELOAD" "$PORT_NOPRELOAD" "shared_preload_libraries = ''" || {
+	cat "$DIR_NOPRELOAD/server.log" 2>/dev/null
+	exit 1
+}
+export PGHOST=$DIR_NOPRELOAD PGPORT=$PORT_NOPRELOAD
+run_regress nopreload
+run_pgtap nopreload
+test/cluster.sh stop "$DIR_NOPRELOAD"
+
+# 3. TAP tests, each starting clusters of its own as the postgres OS user
+# (initdb refuses root): from a copy of the tree that user may write to
+TAPDIR=$DIR-tap
+rm -rf "$TAPDIR"
+mkdir -p "$TAPDIR"
+cp -r Makefile exactonce.control src sql expected test "$TAPDIR"/
+as_postgres=()
+if [ "$(id -u)" = 0 ]; then
+	chown -R postgres: "$TAPDIR"
+	as_postgres=(runuser -u postgres --)
+fi
+out=$(cd "$TAPDIR" && "${as_postgres[@]}" env PG_TEST_TIMEOUT_DEFAULT=120 make -s tapcheck PROVE_FLAGS='-I test/t -v' 2>&1)
+count_tap "tap" "$out" $?
+[ "$failed" -eq 0 ] || echo "TAP logs: $TAPDIR/tmp_check/log"
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed"
