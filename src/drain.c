@@ -278,12 +278,22 @@ DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 {
 	int64		total = 0;
 
+	/*
+	 * Each batch is reduced at once, in an SPI connection of its own whose
+	 * memory goes with it, so that memory is bounded by the batch, not by
+	 * the backlog.
+	 */
 	for (;;)
 	{
 		StageCounts counts = {0};
-		DrainResult r = DrainBatch(p, shard, pos, &counts);
+		DrainResult r;
 
+		SPI_connect();
+		r = DrainBatch(p, shard, pos, &counts);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
+		if (r.taken > 0)
+			ReduceWithRetry(p);
+		SPI_finish();
 		total += r.taken;
 		if (r.exhausted)
 			return total;

@@ -19,6 +19,8 @@
  */
 #include "exactonce.h"
 
+#include "miscadmin.h"
+
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
 #include "common/hashfn.h"
@@ -186,6 +188,7 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 		char	   *num = numeric_normalize(d->total);
 		uint32		len = pg_hton32(strlen(num));
 
+		CHECK_FOR_INTERRUPTS();
 		HashText(ctx, d->key);
 		HashInt64(ctx, d->version);
 		for (int j = 0; j < p->ndims; j++)
@@ -228,6 +231,7 @@ CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *total
 	hash_seq_init(&seq, cells);
 	while ((cell = hash_seq_search(&seq)) != NULL)
 	{
+		CHECK_FOR_INTERRUPTS();
 		if (cell->keys == 0 && NumericIsZero(cell->total))
 			continue;
 		lv[n] = Int32GetDatum(cell->level);
@@ -306,6 +310,7 @@ Flatten2D(Pipeline *p, Datum *dimcols, int ncells)
 		deconstruct_array(col, TEXTOID, -1, false, TYPALIGN_INT, &v, &nl, &n);
 		for (int c = 0; c < ncells; c++)
 		{
+			CHECK_FOR_INTERRUPTS();
 			elems[c * p->ndims + i] = v[c];
 			nulls[c * p->ndims + i] = nl[c];
 		}
@@ -397,6 +402,7 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		bool	   *cellnulls;
 		int			ncell;
 
+		CHECK_FOR_INTERRUPTS();
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

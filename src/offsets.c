@@ -184,6 +184,7 @@ OffsetsFromArray(ArrayType *arr, int nevents)
 	offsets = palloc(sizeof(int64) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
+		CHECK_FOR_INTERRUPTS();
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

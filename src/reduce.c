@@ -22,6 +22,8 @@
  */
 #include "exactonce.h"
 
+#include "miscadmin.h"
+
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -125,6 +127,7 @@ MergeStaged(Pipeline *p, HTAB *cells, int *ntokens)
 		int			ncells,
 					nflat;
 
+		CHECK_FOR_INTERRUPTS();
 		tokens[r] = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, tt->tupdesc, 1, &isnull)));
 		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, tt->tupdesc, 2, &isnull)),
 						  INT4OID, 4, true, TYPALIGN_INT, &levels, NULL, &ncells);
@@ -182,16 +185,32 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		HeapTuple	tup = SPI_tuptable->vals[r];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		int64		keys;
+		bool		zero;
 
-		if (DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull)) != 0)
+		CHECK_FOR_INTERRUPTS();
+		keys = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		zero = NumericIsZero(DatumGetNumeric(SPI_getbinval(tup, desc, 3, &isnull)));
+
+		/*
+		 * Only batches applied out of their staging order leave a cell with
+		 * fewer than no keys, or with none and a total: a batch that moves a
+		 * key on, applied before the one that brought it.
+		 */
+		if (keys < 0 || (keys == 0 && !zero))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the batches given would leave a cell of pipeline \"%s\" with " INT64_FORMAT " keys and a total of %s",
+							p->name, keys, SPI_getvalue(tup, desc, 3)),
+					 errdetail("A batch was given before a batch staged ahead of it, which it builds on."),
+					 errhint("Apply tokens in the order they were staged, or all staged batches at once: exactonce.reduce_apply(pipeline).")));
+		if (keys != 0)
 			continue;
-		if (!NumericIsZero(DatumGetNumeric(SPI_getbinval(tup, desc, 3, &isnull))))
-			elog(ERROR, "aggregate cell of pipeline \"%s\" has no keys left but a total of %s",
-				 p->name, SPI_getvalue(tup, desc, 3));
 		empty[nempty] = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
 		emptyd[nempty] = PointerGetDatum(&empty[nempty]);
 		nempty++;
 	}
+	SPI_freetuptable(SPI_tuptable);
 	if (nempty == 0)
 		return;
 	delval[0] = PointerGetDatum(construct_array(emptyd, nempty, TIDOID,
@@ -212,20 +231,26 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 	Datum		values[1] = {tokens};
 	Datum	   *applied;
 	int			napplied;
+	SPITupleTable *pending;
 
 	if (have_tokens)
 		SpiExec(SpiPlan(p, PLAN_LEDGER_PENDING_TOKENS, BuildLedgerPendingTokens, 1, types),
 				values, NULL, -1);
 	else
 		SpiExec(SpiPlan(p, PLAN_LEDGER_PENDING, BuildLedgerPending, 0, NULL), NULL, NULL, -1);
+	pending = SPI_tuptable;
 	applied = MergeStaged(p, cells, &napplied);
+	if (napplied > 0)
+	{
+		ApplyCells(p, cells);
+		values[0] = PointerGetDatum(construct_array(applied, napplied, BYTEAOID, -1, false, TYPALIGN_INT));
+		SpiExec(SpiPlan(p, PLAN_LEDGER_APPLIED, BuildLedgerApplied, 1, types), values, NULL, napplied);
+	}
+	/* a flush reduces batch after batch in one SPI connection */
+	SPI_freetuptable(pending);
+	hash_destroy(cells);
 	if (napplied == 0)
 		return 0;
-
-	ApplyCells(p, cells);
-	values[0] = PointerGetDatum(construct_array(applied, napplied, BYTEAOID, -1, false, TYPALIGN_INT));
-	SpiExec(SpiPlan(p, PLAN_LEDGER_APPLIED, BuildLedgerApplied, 1, types), values, NULL, napplied);
-	hash_destroy(cells);
 
 	FaultMaybeFail(FAULT_REDUCE, exactonce_fault_reduce);
 	return napplied;

@@ -117,7 +117,14 @@ SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),
 void
 SpiExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	/*
+	 * SPI returns in its procedure context, which lives as long as the SPI
+	 * connection: go back to the caller's, which a flush resets per batch.
+	 */
+	MemoryContextSwitchTo(cxt);
 
 	if (rc < 0)
 		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
@@ -194,11 +201,14 @@ SpiExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
 	int			save_sec;
 	int			rc;
 
+	MemoryContext cxt = CurrentMemoryContext;
+
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	rc = SPI_execute_plan(plan, values, nulls, read_only, 0);
 	SetUserIdAndSecContext(save_userid, save_sec);
+	MemoryContextSwitchTo(cxt);	/* as in SpiExec */
 	if (rc < 0)
 		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
 	if (expected >= 0 && SPI_processed != (uint64) expected)

@@ -305,6 +305,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	{
 		Event	   *ev = run[i];
 
+		CHECK_FOR_INTERRUPTS();
 		if (cur.exists && ev->version < cur.version)
 			w->counts->stale++;
 		else if (cur.exists && ev->version == cur.version)
@@ -356,6 +357,7 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 		Event	   *ev = run[i];
 		int64		digest = ContentDigest(p, ev);
 
+		CHECK_FOR_INTERRUPTS();
 		if (!known || known_version != ev->version)
 		{
 			TupleTableSlot *slot = NULL;
@@ -467,6 +469,7 @@ WriteState(StateWork *w)
 	{
 		KeyState   *ks = &w->rowstates[j];
 
+		CHECK_FOR_INTERRUPTS();
 		ExecClearTuple(slot);
 		memset(slot->tts_isnull, true, sizeof(bool) * desc->natts);
 		SetColumn(slot, w->attnums[EV_KEY], PointerGetDatum(w->rowkeys[j]));
@@ -505,6 +508,7 @@ WriteSeen(StateWork *w)
 		Datum		keyvals[2];
 		bool		keynulls[2] = {false, false};
 
+		CHECK_FOR_INTERRUPTS();
 		ExecClearTuple(slot);
 		slot->tts_values[0] = keyvals[0] = PointerGetDatum(w->seen_keys[j]);
 		slot->tts_values[1] = keyvals[1] = Int64GetDatum(w->seen_versions[j]);
@@ -728,6 +732,7 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 
 	for (int i = 0; i < n; i++)
 	{
+		CHECK_FOR_INTERRUPTS();
 		FaultPoison(events[i].key);
 		if (Validate(&w, &events[i]))
 			sorted[nvalid++] = &events[i];
@@ -740,6 +745,7 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	{
 		int			j = i + 1;
 
+		CHECK_FOR_INTERRUPTS();
 		while (j < nvalid && TextCmp(sorted[j]->key, sorted[i]->key) == 0)
 			j++;
 		if (p->mode == PIPELINE_LATEST)
@@ -802,6 +808,7 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 		HeapTupleData tuple;
 		const char *missing;
 
+		CHECK_FOR_INTERRUPTS();
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -877,6 +884,7 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 		Datum		values[5];
 		bool		nulls[5] = {false};
 
+		CHECK_FOR_INTERRUPTS();
 		values[0] = PointerGetDatum(deltas[i].key);
 		values[1] = Int64GetDatum(deltas[i].version);
 		values[2] = TextArray(deltas[i].cell, NULL, p->ndims);
