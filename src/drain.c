@@ -8,6 +8,8 @@
  *	 - a transient failure (injected fault, serialization failure, deadlock,
  *	   lock timeout) is retried, with backoff, a bounded number of times and
  *	   then raised, so the whole transaction rolls back and runs again later;
+ *	   a worker does not wait out a lock, though: it gives the pipeline up at
+ *	   once and serves the others (its lock_timeout is short);
  *	 - a failure about the data (classes 22 and 23) is retried once, then
  *	   the batch is split in halves, down to single events, and an event
  *	   that fails alone is a poison event: it goes to dead_letters with the
@@ -46,7 +48,7 @@ IsTransient(int sqlerrcode)
 	return sqlerrcode == ERRCODE_EXACTONCE_INJECTED_FAULT ||
 		sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
 		sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-		sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+		(sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE && !IsBackgroundWorker);
 }
 
 /*
@@ -460,13 +462,13 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
 		ShardRecord(p, shard, &pos, r.taken);
-		ProgressLock(p, &rotation, &drain_rotation, &paused);
+		ProgressTryLock(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);
 		return r;
 	}
 
-	ProgressLock(p, &rotation, &drain_rotation, &paused);
+	ProgressTryLock(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
 	return FinishRotation(p, rotation, drain_rotation);

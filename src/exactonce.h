@@ -179,6 +179,7 @@ typedef struct PipelineStat
 	int32		id;
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* backoff: no step before this */
+	bool		waiting;		/* for a lock another session holds */
 	int			nlatency;
 	double		latency_ms[EXACTONCE_LATENCY_SAMPLES];	/* oldest event of a batch, insert to commit */
 	char		last_error[256];
@@ -188,8 +189,7 @@ typedef enum WorkerState
 {
 	WORKER_FREE = 0,
 	WORKER_IDLE,
-	WORKER_DRAINING,
-	WORKER_STOPPING
+	WORKER_DRAINING
 } WorkerState;
 
 /* One drain worker. */
@@ -278,6 +278,8 @@ extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
 extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
+extern void ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+							bool *paused);
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation);
 extern void ProgressRotate(Pipeline *p);
@@ -300,6 +302,7 @@ extern void EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *
 enum
 {
 	PLAN_PROGRESS_LOCK,
+	PLAN_PROGRESS_TRYLOCK,
 	PLAN_PROGRESS_ADD,
 	PLAN_PROGRESS_ROTATE,
 	PLAN_PROGRESS_READ,

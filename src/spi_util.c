@@ -18,12 +18,16 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/procarray.h"
 #include "access/htup_details.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -43,6 +47,39 @@ typedef struct PlanEntry
 } PlanEntry;
 
 static HTAB *plan_cache = NULL;
+static bool plan_cache_sweep = false;	/* a schema was dropped or changed */
+
+/*
+ * PlanCacheInvalidate is the syscache callback on schemas: dropping a
+ * pipeline drops its schema, whose kept plans SweepPlans then frees.
+ */
+static void
+PlanCacheInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	plan_cache_sweep = true;
+}
+
+/*
+ * SweepPlans frees the kept plans of pipelines whose schema is gone.
+ */
+static void
+SweepPlans(void)
+{
+	HASH_SEQ_STATUS seq;
+	PlanEntry  *entry;
+
+	plan_cache_sweep = false;
+	hash_seq_init(&seq, plan_cache);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (SearchSysCacheExists1(NAMESPACEOID, ObjectIdGetDatum(entry->key.nspid)))
+			continue;
+		for (int i = 0; i < PLAN_COUNT; i++)
+			if (entry->plans[i] != NULL)
+				SPI_freeplan(entry->plans[i]);
+		(void) hash_search(plan_cache, &entry->key, HASH_REMOVE, NULL);
+	}
+}
 
 /*
  * SpiPinSearchPath sets search_path to pg_catalog, pg_temp until
@@ -89,7 +126,10 @@ SpiPlan(Pipeline *p, int which, const char *(*build) (Pipeline *p),
 		ctl.hcxt = CacheMemoryContext;
 		plan_cache = hash_create("exactonce plans", 16, &ctl,
 								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, PlanCacheInvalidate, (Datum) 0);
 	}
+	if (plan_cache_sweep)
+		SweepPlans();
 	memset(&key, 0, sizeof(key));
 	key.nspid = p->nspid;
 	key.pipeline_id = p->id;
@@ -277,21 +317,28 @@ BuildProgressRead(Pipeline *p)
 }
 
 /*
+ * ProgressFromRow reads the progress row a query returned.
+ */
+static void
+ProgressFromRow(int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	HeapTuple	tup = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+
+	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	*paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+}
+
+/*
  * ProgressFetch runs a progress query and reads its row.
  */
 static void
 ProgressFetch(SPIPlanPtr plan, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-
 	SpiExec(plan, NULL, NULL, 1);
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	*paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	ProgressFromRow(rotation, drain_rotation, paused);
 }
 
 /*
@@ -304,6 +351,83 @@ ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
 	ProgressFetch(SpiPlan(p, PLAN_PROGRESS_LOCK, BuildProgressLock, 0, NULL),
 				  rotation, drain_rotation, paused);
+}
+
+/*
+ * BuildProgressTryLock: lock the progress row unless someone else holds it.
+ */
+static const char *
+BuildProgressTryLock(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE SKIP LOCKED",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressHolder describes the transaction that holds the progress row: a
+ * process, a prepared transaction, or one that cannot be told.
+ */
+static char *
+ProgressHolder(Pipeline *p)
+{
+	TransactionId xid;
+	int			pid;
+	bool		isnull;
+	Datum		arg[1];
+	Oid			argtype[1] = {XIDOID};
+
+	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return pstrdup("another transaction");
+	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	pid = BackendXidGetPid(xid);
+	if (pid != 0)
+		return psprintf("process %d", pid);
+	arg[0] = TransactionIdGetDatum(xid);
+	if (SPI_execute_with_args("SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction OPERATOR(pg_catalog.=) $1",
+							  1, argtype, arg, NULL, true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		return psprintf("prepared transaction \"%s\"",
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	return pstrdup("another transaction");
+}
+
+/*
+ * ProgressTryLock is ProgressLock for the workers.  The shards of a
+ * pipeline hold its progress row from reduce to commit, which is short; a
+ * caller may hold it for long (a flush, pause() in a transaction left open,
+ * a prepared transaction).  So it tries for about a second, then gives up
+ * with LOCK_NOT_AVAILABLE naming the holder: the worker backs off this
+ * pipeline and serves the others.
+ */
+void
+ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	SPIPlanPtr	plan = SpiPlan(p, PLAN_PROGRESS_TRYLOCK, BuildProgressTryLock, 0, NULL);
+	int			waited = 0;
+
+	for (int attempt = 0;; attempt++)
+	{
+		int			ms = 1 << Min(attempt, 6);
+
+		SpiExec(plan, NULL, NULL, -1);
+		if (SPI_processed == 1)
+		{
+			ProgressFromRow(rotation, drain_rotation, paused);
+			return;
+		}
+		if (waited >= 1000)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		waited += ms;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("pipeline \"%s\" is held by %s", p->name, ProgressHolder(p)),
+			 errdetail("It holds the pipeline's progress row; the worker serves the other pipelines meanwhile."),
+			 errhint("Commit or roll back that transaction.")));
 }
 
 /*

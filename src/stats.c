@@ -68,7 +68,7 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 	int			nlatency = 0;
 	bool		draining = false,
 				backoff = false,
-				stopping = false;
+				waiting = false;
 
 	/* without workers, say why: flush() is then what drains */
 	values[1] = CStringGetTextDatum(paused ? "paused" :
@@ -99,9 +99,11 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 				if (slot->pipes[j].id == id)
 					st = &slot->pipes[j];
 			draining |= slot->state == WORKER_DRAINING && slot->pipeline_id == id;
-			stopping |= slot->state == WORKER_STOPPING;
 			if (st && st->retry_at > GetCurrentTimestamp())
+			{
 				backoff = true;
+				waiting |= st->waiting;
+			}
 			if (st && st->failures > 0 && nulls[4])
 			{
 				values[4] = CStringGetTextDatum(st->last_error);
@@ -120,7 +122,7 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 	if (nulls[0])
 		return;
 	values[1] = CStringGetTextDatum(paused ? "paused" : draining ? "draining" :
-									backoff ? "backoff" : stopping ? "stopping" : "idle");
+									waiting ? "waiting" : backoff ? "backoff" : "idle");
 	nulls[1] = false;
 	if (nlatency > 0)
 	{
@@ -219,9 +221,18 @@ ProgressColumns(int32 id, Datum *values, bool *nulls)
 	}
 	PG_CATCH();
 	{
+		ErrorData  *err;
+
 		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
+		CurrentResourceOwner = owner;
+
+		/* a cancel, a timeout or a shutdown is not about this pipeline */
+		if (ERRCODE_TO_CATEGORY(err->sqlerrcode) == ERRCODE_TO_CATEGORY(ERRCODE_QUERY_CANCELED) ||
+			ERRCODE_TO_CATEGORY(err->sqlerrcode) == ERRCODE_TO_CATEGORY(ERRCODE_OUT_OF_MEMORY))
+			ReThrowError(err);
 		for (int c = 4; c < 16; c++)
 			nulls[c] = true;
 	}

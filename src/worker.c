@@ -26,9 +26,17 @@
  * backoff of 1 s doubling to 10 s (a missing database, say, fails at once).  The launcher is
  * restarted by the postmaster 5 s after it dies; after a crash of any process
  * the postmaster restarts the launcher, which starts all drain workers anew.
- * SIGTERM makes a drain worker stop at the next batch boundary; SIGHUP
+ * SIGTERM ends a drain worker at once (die, as for a backend), also in a
+ * lock wait: its open transaction rolls back and nothing is lost.  SIGHUP
  * reloads the configuration (exactonce.batch_size, exactonce.naptime, the
  * fault settings).
+ *
+ * No other session can hold a worker up for long: it skips shard rows that
+ * are locked, gives up a pipeline's progress row after about a second
+ * (ProgressTryLock), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
+ * for any other lock.  Then it backs off that pipeline and serves the
+ * others.  While the inserters of a rotated queue partition are still open
+ * it looks again after 5 ms, doubling up to exactonce.naptime.
  *
  *-------------------------------------------------------------------------
  */
@@ -54,7 +62,6 @@
 PGDLLEXPORT void exactonce_launcher_main(Datum arg);
 PGDLLEXPORT void exactonce_drain_main(Datum arg);
 
-static volatile sig_atomic_t terminate = false;
 static WorkerSlot *my_slot = NULL;
 
 /* A shard of a pipeline: what a worker drains in one step. */
@@ -77,20 +84,15 @@ typedef struct Backoff
 
 static HTAB *backoffs = NULL;
 
-#define EXACTONCE_SEAL_POLL_MS	5	/* sleep while waiting for inserters to end */
+#define EXACTONCE_SEAL_POLL_MS	5	/* first sleep while waiting for inserters to end */
+#define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another session holds */
 
-/*
- * HandleSigterm asks a drain worker to stop at the next batch boundary.
- */
-static void
-HandleSigterm(SIGNAL_ARGS)
+/* What a step is working on, for the context line of its errors. */
+typedef struct StepContext
 {
-	int			save_errno = errno;
-
-	terminate = true;
-	SetLatch(MyLatch);
-	errno = save_errno;
-}
+	DrainUnit  *unit;
+	const char *name;			/* of the pipeline, once loaded */
+} StepContext;
 
 /*
  * WorkerInit registers the launcher; only when preloaded.
@@ -246,6 +248,32 @@ ForgetStats(List *ids)
 }
 
 /*
+ * ForgetBackoffs frees the backoff entries of shards this worker no longer
+ * serves, so that creating and dropping pipelines keeps its memory flat.
+ */
+static void
+ForgetBackoffs(List *units)
+{
+	HASH_SEQ_STATUS seq;
+	Backoff    *b;
+
+	hash_seq_init(&seq, backoffs);
+	while ((b = hash_seq_search(&seq)) != NULL)
+	{
+		ListCell   *lc;
+		bool		served = false;
+
+		foreach(lc, units)
+			served |= memcmp(lfirst(lc), &b->unit, sizeof(DrainUnit)) == 0;
+		if (served)
+			continue;
+		if (b->seal)
+			pfree(b->seal);
+		(void) hash_search(backoffs, &b->unit, HASH_REMOVE, NULL);
+	}
+}
+
+/*
  * StatFor returns the slot's statistics entry of a pipeline, making one;
  * NULL when all are taken.
  */
@@ -338,6 +366,20 @@ ServedPipelines(void)
 }
 
 /*
+ * StepErrorContext names the pipeline and shard of a step in its errors.
+ */
+static void
+StepErrorContext(void *arg)
+{
+	StepContext *sc = arg;
+
+	if (sc->name)
+		errcontext("exactonce drain of pipeline \"%s\", shard %d", sc->name, sc->unit->shard);
+	else
+		errcontext("exactonce drain of pipeline %d, shard %d", sc->unit->id, sc->unit->shard);
+}
+
+/*
  * StepPipeline runs one step on a shard of a pipeline in a transaction of its
  * own, as the pipeline's owner.
  */
@@ -346,19 +388,26 @@ StepPipeline(DrainUnit *u, SealState **seal)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
-	Pipeline   *p;
+	Pipeline   *p = NULL;
 	Oid			save_userid;
 	int			save_sec;
 	int			nestlevel;
+	StepContext sc = {u, NULL};
+	ErrorContextCallback errcallback = {error_context_stack, StepErrorContext, &sc};
 
+	error_context_stack = &errcallback;
 	SetCurrentStatementStartTimestamp();	/* now() of the step's transaction */
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
-	p = PipelineLoadById(u->id);
+
+	/* the extension or the pipeline may have gone since the round began */
+	if (OidIsValid(get_extension_oid("exactonce", true)))
+		p = PipelineLoadById(u->id);
 	if (p != NULL && u->shard < p->nshards)
 	{
+		sc.name = p->name;
 		pgstat_report_activity(STATE_RUNNING, psprintf("draining pipeline %s", p->name));
 		GetUserIdAndSecContext(&save_userid, &save_sec);
 		SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
@@ -371,6 +420,7 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
+	error_context_stack = errcallback.previous;
 
 	/* a worker has no idle loop that reports statistics: without them
 	 * autovacuum would never learn about the dead rows in state */
@@ -416,6 +466,7 @@ RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
 	{
 		st->failures = b->failures;
 		st->retry_at = b->retry_at;
+		st->waiting = err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
 		strlcpy(st->last_error, err->message ? err->message : "unknown error",
 				sizeof(st->last_error));
 	}
@@ -463,6 +514,7 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 	foreach(lc, units)
 		ids = list_append_unique_int(ids, ((DrainUnit *) lfirst(lc))->id);
 	ForgetStats(ids);
+	ForgetBackoffs(units);
 	foreach(lc, units)
 	{
 		DrainUnit  *u = lfirst(lc);
@@ -472,8 +524,7 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 		Backoff    *b;
 		bool		found;
 
-		if (terminate)
-			break;
+		CHECK_FOR_INTERRUPTS();
 		b = hash_search(backoffs, u, HASH_ENTER, &found);
 		if (!found)
 		{
@@ -503,12 +554,14 @@ exactonce_drain_main(Datum arg)
 	int			slotno = DatumGetInt32(arg);
 	char		dbname[NAMEDATALEN];
 	MemoryContext round_cxt;
+	int			seal_poll_ms = EXACTONCE_SEAL_POLL_MS;
 
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, HandleSigterm);
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	SetConfigOption("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
 	my_slot = &exactonce_shared->slots[slotno];
 	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
@@ -529,7 +582,7 @@ exactonce_drain_main(Datum arg)
 		ctl.entrysize = sizeof(Backoff);
 		backoffs = hash_create("exactonce backoff", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
-	while (!terminate)
+	for (;;)
 	{
 		bool		worked;
 		bool		sealing;
@@ -552,17 +605,19 @@ exactonce_drain_main(Datum arg)
 		/*
 		 * Sleep unless there was work or a wake-up came during the round
 		 * (whose latch a lock wait may have spent).  An inserting
-		 * transaction's commit sets no latch: poll for it while sealing.
+		 * transaction's commit sets no latch: poll for it while sealing, at
+		 * growing intervals, so that one left open costs nothing.
 		 */
-		if (!worked && !terminate &&
-			pg_atomic_read_u64(&my_slot->wakes) == wakes)
+		if (worked)
+			seal_poll_ms = EXACTONCE_SEAL_POLL_MS;
+		else if (pg_atomic_read_u64(&my_slot->wakes) == wakes)
 		{
 			pgstat_report_activity(STATE_IDLE, NULL);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 sealing ? EXACTONCE_SEAL_POLL_MS : exactonce_naptime,
+							 sealing ? seal_poll_ms : exactonce_naptime,
 							 PG_WAIT_EXTENSION);
+			seal_poll_ms = sealing ? Min(seal_poll_ms * 2, exactonce_naptime) :
+				EXACTONCE_SEAL_POLL_MS;
 		}
 	}
-	SetState(WORKER_STOPPING, 0);
-	proc_exit(0);
 }
