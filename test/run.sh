@@ -117,7 +117,7 @@ if [ "$(id -u)" = 0 ]; then
 	chown -R postgres: "$TAPDIR"
 	as_postgres=(runuser -u postgres --)
 fi
-out=$(cd "$TAPDIR" && "${as_postgres[@]}" env PG_TEST_TIMEOUT_DEFAULT=120 make -s tapcheck PROVE_FLAGS='-I test/t -v' 2>&1)
+out=$(cd "$TAPDIR" && "${as_postgres[@]}" env PG_TEST_TIMEOUT_DEFAULT=300 make -s tapcheck PROVE_FLAGS='-I test/t -v' 2>&1)
 count_tap "tap" "$out" $?
 [ "$failed" -eq 0 ] || echo "TAP logs: $TAPDIR/tmp_check/log"
 

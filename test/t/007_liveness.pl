@@ -1,0 +1,138 @@
+# A pipeline keeps flowing whatever other sessions do to another one, the
+# workers shut down at once whatever sessions hold, and a reader that keeps
+# a drained queue partition from being truncated does not make them spin.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ExactonceTest;
+
+my $db = 'postgres';
+my $node = eo_node('liveness');
+$node->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+CREATE EXTENSION exactonce;
+SELECT exactonce.create_pipeline('held', ARRAY['d']);
+SELECT exactonce.create_pipeline('free', ARRAY['d']);
+});
+
+my $n = 0;
+
+# insert $count events of value 1 into a pipeline, new keys each time
+sub feed
+{
+	my ($pipeline, $count) = @_;
+	$node->safe_psql($db,
+		"INSERT INTO $pipeline.ingest (key, version, value, d) SELECT 'k' || (i + $n), 1, 1, 'x' FROM generate_series(1, $count) i");
+	$n += $count;
+	return;
+}
+
+sub total
+{
+	my ($pipeline) = @_;
+	return $node->safe_psql($db, "SELECT coalesce(sum(total), 0) FROM $pipeline.aggregates WHERE level = 0");
+}
+
+sub drained
+{
+	my ($pipeline, $want) = @_;
+	return $node->poll_query_until($db,
+		"SELECT coalesce(sum(total), 0) = $want FROM $pipeline.aggregates WHERE level = 0");
+}
+
+feed('held', 100);
+feed('free', 100);
+ok(drained('held', 100) && drained('free', 100), 'both pipelines drain');
+
+# 1. a session left idle in transaction holding held's progress row
+my $idle = $node->background_psql($db);
+$idle->query_safe('BEGIN');
+my $idle_pid = $idle->query_safe('SELECT pg_backend_pid()');
+$idle->query_safe('SELECT * FROM held.progress FOR UPDATE');
+feed('held', 50);
+feed('free', 50);
+ok(drained('free', 150), 'idle in transaction on held: free drains');
+ok( $node->poll_query_until(
+		$db,
+		"SELECT worker_state = 'waiting' AND last_error LIKE '%held by process $idle_pid%' FROM exactonce.pipelines WHERE name = 'held'"),
+	'held shows as waiting, with the pid that holds it');
+is(total('held'), '100', 'held takes nothing meanwhile');
+$idle->query_safe('COMMIT');
+ok(drained('held', 150), 'once that transaction ends, held drains');
+
+# 2. a prepared transaction and an idle transaction hold held; fast
+# shutdown still ends at once
+$idle->query_safe('BEGIN');
+$idle->query_safe('SELECT exactonce.pause(\'free\')');
+$node->safe_psql($db,
+	"BEGIN; SELECT * FROM held.progress FOR UPDATE; PREPARE TRANSACTION 'holds_held'");
+feed('held', 10);
+$node->poll_query_until($db,
+	"SELECT worker_state = 'waiting' FROM exactonce.pipelines WHERE name = 'held'")
+  or die 'held not waiting';
+$idle->quit;
+my $t0 = time;
+$node->command_ok([ 'pg_ctl', '-D', $node->data_dir, '-m', 'fast', '-w', '-t', '5', 'stop' ],
+	'fast shutdown ends within 5 s with a prepared and an idle transaction holding a pipeline');
+$node->_update_pid(0);
+$node->start;
+$node->safe_psql($db, "COMMIT PREPARED 'holds_held'");
+ok(drained('held', 160), 'after the restart, held drains');
+
+# 3. a reader holds a drained queue partition (it cannot be truncated, so
+# the queue cannot rotate): the workers sleep instead of spinning
+my $reader = $node->background_psql($db);
+$reader->query_safe('BEGIN');
+$reader->query_safe('LOCK TABLE held.ingest IN ACCESS SHARE MODE');
+feed('held', 10);
+feed('free', 10);
+ok(drained('free', 160), 'a reader on held: free drains');
+my @pids = split /\n/, $node->safe_psql($db,
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'exactonce drain'");
+sub cpu_ticks
+{
+	my $ticks = 0;
+	for my $pid (@pids)
+	{
+		my @f = split / /, slurp_file("/proc/$pid/stat") =~ s/^.*\) //r;
+		$ticks += $f[11] + $f[12];
+	}
+	return $ticks;
+}
+my $before = cpu_ticks();
+sleep 3;
+my $used = cpu_ticks() - $before;
+cmp_ok($used, '<', 60, "the workers sleep while the partition is held ($used ticks of CPU in 3 s)");
+$reader->query_safe('COMMIT');
+ok(drained('held', 170), 'once the reader is gone, held drains');
+
+# the same with a long pg_dump: it holds every table it dumps while it
+# waits for one that is locked
+$node->safe_psql($db, 'CREATE TABLE zzz_last (x int)');
+my $locker = $node->background_psql($db);
+$locker->query_safe('BEGIN');
+$locker->query_safe('LOCK TABLE zzz_last IN ACCESS EXCLUSIVE MODE');
+my $dump = IPC::Run::start([ 'pg_dump', '-d', $node->connstr($db), '-f', '/dev/null' ]);
+$node->poll_query_until($db,
+	"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'LOCK TABLE public.zzz_last%' AND wait_event_type = 'Lock'")
+  or die 'pg_dump is not waiting';
+feed('held', 10);
+feed('free', 10);
+ok(drained('free', 170), 'a pg_dump in progress: free drains');
+$before = cpu_ticks();
+sleep 3;
+$used = cpu_ticks() - $before;
+cmp_ok($used, '<', 60, "the workers sleep while pg_dump holds the queue ($used ticks of CPU in 3 s)");
+$locker->query_safe('COMMIT');
+$dump->finish;
+ok(drained('held', 180), 'once pg_dump is done, held drains');
+$locker->quit;
+$reader->quit;
+
+$node->stop;
+done_testing();
