@@ -33,6 +33,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -711,6 +712,14 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
+
+	/*
+	 * PostgreSQL keeps negative catalog cache entries for what was looked up
+	 * in the dropped schema (statistics of its tables, names in it) for the
+	 * life of the backend; start the caches afresh, so that making and
+	 * dropping pipelines does not grow a session.
+	 */
+	InvalidateSystemCaches();
 	PG_RETURN_VOID();
 }
 

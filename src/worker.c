@@ -55,6 +55,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
@@ -83,6 +84,7 @@ typedef struct Backoff
 } Backoff;
 
 static HTAB *backoffs = NULL;
+static bool reset_caches = false;	/* a pipeline this worker served is gone */
 
 #define EXACTONCE_SEAL_POLL_MS	5	/* first sleep while waiting for inserters to end */
 #define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another session holds */
@@ -270,6 +272,7 @@ ForgetBackoffs(List *units)
 		if (b->seal)
 			pfree(b->seal);
 		(void) hash_search(backoffs, &b->unit, HASH_REMOVE, NULL);
+		reset_caches = true;
 	}
 }
 
@@ -335,6 +338,11 @@ ServedPipelines(void)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+
+	/* as drop_pipeline() does for its session (pipeline.c) */
+	if (reset_caches)
+		InvalidateSystemCaches();
+	reset_caches = false;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("exactonce", true)))
 	{
