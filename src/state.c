@@ -814,8 +814,16 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("event %d is NULL", i + 1)));
 		rec = DatumGetHeapTupleHeader(elems[i]);
-		if (desc == NULL)
+
+		/*
+		 * The elements of an array of anonymous records may each have a row
+		 * type of their own: read each with its own descriptor.
+		 */
+		if (desc == NULL || HeapTupleHeaderGetTypeId(rec) != desc->tdtypeid ||
+			HeapTupleHeaderGetTypMod(rec) != desc->tdtypmod)
 		{
+			if (slot)
+				ExecDropSingleTupleTableSlot(slot);
 			desc = lookup_rowtype_tupdesc_copy(HeapTupleHeaderGetTypeId(rec),
 											   HeapTupleHeaderGetTypMod(rec));
 			slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
