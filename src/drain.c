@@ -489,7 +489,9 @@ exactonce_flush(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
 	taken = DrainPipeline(p);
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(taken);

@@ -82,6 +82,8 @@ typedef struct Pipeline
 	Oid			progress;
 	Oid			shard;			/* drain position of each shard */
 	int			nshards;
+	Oid			caller;			/* while acting as owner: who called, */
+	int			caller_sec;		/* and in what security context */
 } Pipeline;
 
 /* One event, from the queue or from a caller's array. */
@@ -261,6 +263,8 @@ typedef struct SealState
 /* pipeline.c */
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id);
+extern void PipelineActAsOwner(Pipeline *p);
+extern void PipelineActAsCaller(Pipeline *p);
 extern List *PipelineListIds(List **shards);
 extern int	PipelineShards(int32 id);
 extern void PipelineRequireReadCommitted(const char *what);

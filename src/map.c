@@ -472,9 +472,11 @@ exactonce_map_stage(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
+	PipelineActAsOwner(p);
 	deltas = DeltasFromArray(p, PG_GETARG_ARRAYTYPE_P(1), &ndeltas);
 	ProgressLock(p, &dummy, &dummy, &paused);
 	staged = MapStage(p, deltas, ndeltas, source, position, token);
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 

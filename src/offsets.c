@@ -340,6 +340,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, false);
 	RequireIngest(p);
+	PipelineActAsOwner(p);		/* the caller may insert: checked */
 	events = EventsFromArray(p, events_arr, &n);
 	offsets = OffsetsFromArray(PG_GETARG_ARRAYTYPE_P(3), n);
 
@@ -363,6 +364,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 		SpiExecAs(table_owner, SourcePlan(SOURCE_RECORD), values, NULL, false, 1);
 	}
 
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(n - first);
@@ -394,6 +396,7 @@ exactonce_reset_source(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
+	PipelineActAsOwner(p);
 	table_owner = ExtensionTableOwner("source_offset");
 
 	/* waits for a consumer's transaction that holds the row */
@@ -408,6 +411,7 @@ exactonce_reset_source(PG_FUNCTION_ARGS)
 		SpiExecAs(table_owner, SourcePlan(SOURCE_SET), values, NULL, false, 1);
 	}
 
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	if (!had)

@@ -470,6 +470,33 @@ PipelineLoad(const char *name, bool for_owner)
 }
 
 /*
+ * PipelineActAsOwner makes the pipeline's owner the current user, in a
+ * security-restricted operation, until PipelineActAsCaller.  Work on a
+ * pipeline's tables runs as their owner whoever asked for it (a superuser,
+ * a member of the owning role, a worker), as VACUUM and REFRESH
+ * MATERIALIZED VIEW do: code the owner planted there (a trigger, an index
+ * expression, a default, a cast) never runs with more rights than the
+ * owner's.  The search_path is pinned already (SpiPinSearchPath).
+ */
+void
+PipelineActAsOwner(Pipeline *p)
+{
+	GetUserIdAndSecContext(&p->caller, &p->caller_sec);
+	SetUserIdAndSecContext(p->owner, p->caller_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
+ * PipelineActAsCaller ends PipelineActAsOwner.  An error on the way ends it
+ * too: aborting a (sub)transaction restores the user it started with.
+ */
+void
+PipelineActAsCaller(Pipeline *p)
+{
+	SetUserIdAndSecContext(p->caller, p->caller_sec);
+}
+
+/*
  * PipelineLoadById looks a pipeline up by id; NULL if it is gone.
  */
 Pipeline *
@@ -680,6 +707,7 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 	}
 	p = PipelineLoad(name, true);
+	PipelineActAsOwner(p);
 
 	/* wait for batches in progress and for inserters, and keep both out */
 	PipelineLockAll(p, &dummy, &dummy, &paused);
@@ -710,6 +738,7 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	RegistryExec("DELETE FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
 				 1, types, values, 1);
 
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 
@@ -737,12 +766,14 @@ SetPaused(const char *name, bool paused)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
+	PipelineActAsOwner(p);
 	/* pause waits for the batches in progress */
 	PipelineLockAll(p, &dummy, &dummy, &was_paused);
 	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
 							 quote_identifier(p->name), paused ? "true" : "false"),
 					false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	WakeWorkersAtCommit();
@@ -795,6 +826,7 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
 	drained = DrainPipeline(p);
 
 	/* shards that go pass on their count of events to shard 0; new ones
@@ -817,6 +849,7 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	RegistryExec("UPDATE exactonce.pipeline SET shards = $1 WHERE id OPERATOR(pg_catalog.=) $2",
 				 2, types, values, 1);
 
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	WakeWorkersAtCommit();

@@ -302,8 +302,10 @@ exactonce_reduce_apply(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
 	ProgressLock(p, &dummy, &dummy, &paused);
 	applied = ReduceApply(p, PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1), !PG_ARGISNULL(1));
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT32(applied);
@@ -331,8 +333,10 @@ exactonce_release(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
 	ProgressLock(p, &dummy, &dummy, &paused);
 	forgotten = LedgerCollect(p, source, PG_GETARG_INT64(2));
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(forgotten);

@@ -881,6 +881,7 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = SpiPinSearchPath();
 	p = PipelineLoad(name, true);
+	PipelineActAsOwner(p);
 	events = EventsFromArray(p, arr, &nevents);
 
 	PipelineLockAll(p, &dummy, &dummy, &paused);
@@ -901,6 +902,7 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
+	PipelineActAsCaller(p);
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
 	return (Datum) 0;

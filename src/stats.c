@@ -18,6 +18,8 @@
 #include "exactonce.h"
 
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "utils/acl.h"
 #include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -156,17 +158,13 @@ ReadProgress(void *arg)
 	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	TimestampTz oldest;
 	bool		isnull;
-	Oid			save_userid;
-	int			save_sec;
 
 	if (p == NULL)
 		return;
 	s = quote_identifier(p->name);
 
 	/* as the pipeline's owner, whose tables these are (CheckOwnership) */
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	PipelineActAsOwner(p);
 	if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
 							 " dead_lettered, batches,"
 							 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
@@ -180,7 +178,7 @@ ReadProgress(void *arg)
 	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
 					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
 					   shards, &oldest);
-	SetUserIdAndSecContext(save_userid, save_sec);
+	PipelineActAsCaller(p);
 
 	pr->values[4] = SPI_getbinval(tup, desc, 1, &isnull);
 	pr->nulls[4] = false;
@@ -284,6 +282,12 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
 					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]),
 					  &values[16], &nulls[16]);
+
+		/* an error can quote event data: the owner's, as pg_stat_activity.query is */
+		if (!nulls[20] &&
+			!has_privs_of_role(GetUserId(), DatumGetObjectId(values[3])) &&
+			!has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+			values[20] = CStringGetTextDatum("<insufficient privilege>");
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 

@@ -397,8 +397,6 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	MemoryContext cxt = CurrentMemoryContext;
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 	Pipeline   *p = NULL;
-	Oid			save_userid;
-	int			save_sec;
 	int			nestlevel;
 	StepContext sc = {u, NULL};
 	ErrorContextCallback errcallback = {error_context_stack, StepErrorContext, &sc};
@@ -417,11 +415,9 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	{
 		sc.name = p->name;
 		pgstat_report_activity(STATE_RUNNING, psprintf("draining pipeline %s", p->name));
-		GetUserIdAndSecContext(&save_userid, &save_sec);
-		SetUserIdAndSecContext(p->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
+		PipelineActAsOwner(p);
 		r = DrainStep(p, u->shard, seal);
-		SetUserIdAndSecContext(save_userid, save_sec);
+		PipelineActAsCaller(p);
 	}
 	SpiUnpinSearchPath(nestlevel);
 	SPI_finish();
