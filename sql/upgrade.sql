@@ -37,6 +37,8 @@ CREATE INDEX ledger_staged ON old.ledger (staged_at) WHERE applied_at IS NULL;
 CREATE INDEX ledger_source ON old.ledger (source, position) WHERE applied_at IS NOT NULL;
 RESET ROLE;
 INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('old', 'latest', ARRAY['d'], 'eo_upgrade_owner');
+-- a second pipeline whose schema was renamed by hand: skipped by the update
+INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('renamed', 'latest', ARRAY['d'], 'eo_upgrade_owner');
 
 -- 100 events in partition 0, sealed by a rotation; a 1.0 worker took the
 -- first 40 (their effect is in state and counters, the position after them)
@@ -52,7 +54,7 @@ ALTER EXTENSION exactonce UPDATE TO '1.1';
 SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
 
 -- one shard, at 1.0's position; owned by the pipeline's owner, not by the extension
-SELECT name, shards FROM exactonce.pipeline;
+SELECT name, shards FROM exactonce.pipeline ORDER BY name;
 SELECT shard, drain_rotation, drain_position > 0 AS past_the_first_40, taken FROM old.shard;
 SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'old.shard'::regclass;
 SELECT count(*) AS extension_members FROM pg_depend
@@ -72,6 +74,8 @@ SELECT pg_get_userbyid(relowner) AS sequence_owner, count(d.objid) AS extension_
 FROM pg_class c LEFT JOIN pg_depend d ON d.objid = c.oid AND d.deptype = 'e'
 WHERE c.oid = pg_get_serial_sequence('old.ingest', 'ingest_id')::regclass GROUP BY 1;
 SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'old.ingest'::regclass AND contype = 'c';
+SELECT name, ingested FROM exactonce.pipelines WHERE name = 'renamed';
+SELECT exactonce.drop_pipeline('renamed', true);
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE eo_upgrade_owner;
 SELECT exactonce.flush('old');

@@ -9,7 +9,10 @@
  *
  * The shard tables belong to their pipelines, like everything else in a
  * pipeline's schema, not to the extension: they are taken out of it again,
- * so that pg_dump dumps them and DROP EXTENSION leaves them alone.
+ * so that pg_dump dumps them and DROP EXTENSION leaves them alone.  The
+ * work on each pipeline runs as its owner, so that nothing the owner put in
+ * its schema runs as the superuser who updates; a pipeline whose schema is
+ * gone is skipped.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.1'" to load this file. \quit
@@ -24,6 +27,12 @@ DECLARE
 	p record;
 BEGIN
 	FOR p IN SELECT name, owner FROM exactonce.pipeline ORDER BY id LOOP
+		/* a pipeline whose schema was dropped or renamed is left alone, as
+		 * the workers leave it; the rest is done as the pipeline's owner */
+		CONTINUE WHEN pg_catalog.to_regclass(pg_catalog.quote_ident(p.name)
+											 OPERATOR(pg_catalog.||) '.progress') IS NULL;
+		EXECUTE pg_catalog.format('SET LOCAL ROLE %s', p.owner::text);
+
 		/* wait for a 1.0 worker's batch, and keep the next one out */
 		EXECUTE pg_catalog.format('LOCK TABLE %I.progress IN EXCLUSIVE MODE', p.name);
 		EXECUTE pg_catalog.format(
@@ -35,8 +44,9 @@ BEGIN
 			'INSERT INTO %I.shard (shard, drain_rotation, drain_position)'
 			' SELECT 0, drain_rotation, drain_position FROM %I.progress', p.name, p.name);
 		EXECUTE pg_catalog.format('ALTER TABLE %I.progress DROP COLUMN drain_position', p.name);
-		EXECUTE pg_catalog.format('ALTER TABLE %I.shard OWNER TO %s', p.name, p.owner::text);
+		RESET ROLE;
 		EXECUTE pg_catalog.format('ALTER EXTENSION exactonce DROP TABLE %I.shard', p.name);
+		EXECUTE pg_catalog.format('SET LOCAL ROLE %s', p.owner::text);
 		EXECUTE pg_catalog.format(
 			'COMMENT ON TABLE %I.shard IS %L', p.name,
 			'exactonce: drain position of each key shard (the rotation it drains and the last queue TID it took there) and the events it took');
@@ -46,6 +56,7 @@ BEGIN
 		EXECUTE pg_catalog.format(
 			'COMMENT ON COLUMN %I.progress.drain_rotation IS %L', p.name,
 			'exactonce: the oldest rotation whose queue partition is not truncated yet');
+		RESET ROLE;
 	END LOOP;
 END
 $upgrade$;
