@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/deps.sh: install what building and testing exactonce needs on Debian
 # bookworm, if it is missing: server headers, pgTAP and pg_prove, IPC::Run
-# (for the TAP tests), pg_repack, gnuplot.
+# (for the TAP tests), pg_repack, sqlsmith, gnuplot.
 set -euo pipefail
 
 need=()
@@ -13,6 +13,7 @@ command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 [ -f /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
 perl -MIPC::Run -e 1 2>/dev/null || need+=(libipc-run-perl)
 [ -x /usr/lib/postgresql/15/bin/pg_repack ] || need+=(postgresql-15-repack)
+command -v sqlsmith >/dev/null || need+=(sqlsmith)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
