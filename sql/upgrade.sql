@@ -35,6 +35,28 @@ CREATE TABLE old.ledger (token bytea PRIMARY KEY, source text NOT NULL, position
 	levels integer[], cells text[], totals numeric[], keys bigint[]);
 CREATE INDEX ledger_staged ON old.ledger (staged_at) WHERE applied_at IS NULL;
 CREATE INDEX ledger_source ON old.ledger (source, position) WHERE applied_at IS NOT NULL;
+-- code the owner plants where the updates work: it records who runs it
+-- and tries to make the owner a superuser
+CREATE TABLE old.ran_as (who name, what text);
+CREATE FUNCTION old.escalate(what text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO old.ran_as VALUES (current_user, what);
+	BEGIN
+		ALTER ROLE eo_upgrade_owner SUPERUSER;
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+END $$;
+CREATE FUNCTION old.in_index(text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	PERFORM old.escalate('index expression');
+	RETURN $1;
+END $$;
+CREATE FUNCTION old.on_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM old.escalate(TG_TABLE_NAME || ' ' || TG_OP);
+	RETURN NULL;
+END $$;
 RESET ROLE;
 INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('old', 'latest', ARRAY['d'], 'eo_upgrade_owner');
 -- a second pipeline whose schema was renamed by hand: skipped by the update
@@ -66,7 +88,17 @@ SELECT attname FROM pg_attribute WHERE attrelid = 'old.progress'::regclass AND a
 -- ingest_id in its order; the rows are rewritten but none is taken twice
 DELETE FROM old.ingest_0 WHERE key = 'k100';
 INSERT INTO old.ingest (key, version, value, d, ingest_slot) VALUES ('k100', 1, 1, 'x', 0);
+SET ROLE eo_upgrade_owner;
+CREATE INDEX planted ON old.ingest_0 (old.in_index(key));
+CREATE TRIGGER planted AFTER UPDATE ON old.shard FOR EACH ROW EXECUTE FUNCTION old.on_row();
+TRUNCATE old.ran_as;
+RESET ROLE;
 ALTER EXTENSION exactonce UPDATE;
+-- the planted code ran during the update, as the owner only, to no avail
+SELECT who, what FROM old.ran_as GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'eo_upgrade_owner';
+DROP INDEX old.planted;
+DROP TRIGGER planted ON old.shard;
 SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
 SELECT shard, drain_rotation, drain_count, drain_digest FROM old.shard;
 SELECT count(*) AS rows, count(DISTINCT ingest_id) AS ids FROM old.ingest;
