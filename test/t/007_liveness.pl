@@ -62,6 +62,13 @@ ok( $node->poll_query_until(
 		"SELECT worker_state = 'waiting' AND last_error LIKE '%held by process $idle_pid%' FROM exactonce.pipelines WHERE name = 'held'"),
 	'held shows as waiting, with the pid that holds it');
 is(total('held'), '100', 'held takes nothing meanwhile');
+$node->safe_psql($db, 'CREATE ROLE regress_reader; CREATE ROLE regress_stats IN ROLE pg_read_all_stats');
+is( $node->safe_psql($db,
+		"SET ROLE regress_reader; SELECT last_error FROM exactonce.pipelines WHERE name = 'held'"),
+	'<insufficient privilege>', 'another role does not see the error, which can quote event data');
+like( $node->safe_psql($db,
+		"SET ROLE regress_stats; SELECT last_error FROM exactonce.pipelines WHERE name = 'held'"),
+	qr/held by process/, 'a member of pg_read_all_stats does');
 $idle->query_safe('COMMIT');
 ok(drained('held', 150), 'once that transaction ends, held drains');
 
