@@ -106,18 +106,9 @@ run_regress nopreload
 run_pgtap nopreload
 test/cluster.sh stop "$DIR_NOPRELOAD"
 
-# 3. TAP tests, each starting clusters of its own as the postgres OS user
-# (initdb refuses root): from a copy of the tree that user may write to
+# 3. TAP tests, each starting clusters of its own
 TAPDIR=$DIR-tap
-rm -rf "$TAPDIR"
-mkdir -p "$TAPDIR"
-cp -r Makefile exactonce.control src sql expected test "$TAPDIR"/
-as_postgres=()
-if [ "$(id -u)" = 0 ]; then
-	chown -R postgres: "$TAPDIR"
-	as_postgres=(runuser -u postgres --)
-fi
-out=$(cd "$TAPDIR" && "${as_postgres[@]}" env PG_TEST_TIMEOUT_DEFAULT=300 make -s tapcheck PROVE_FLAGS='-I test/t -v' 2>&1)
+out=$(bash test/tap.sh "$TAPDIR" 2>&1)
 count_tap "tap" "$out" $?
 [ "$failed" -eq 0 ] || echo "TAP logs: $TAPDIR/tmp_check/log"
 
