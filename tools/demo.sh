@@ -437,14 +437,18 @@ fails=()
 	fails+=("ingested $ingested != applied + duplicates + stale + dead_lettered = $((applied + dup + stale + dead))")
 [ "$ingested" = "$sent" ] || fails+=("ingested $ingested != $sent events sent")
 # Each version is first sent once, before any resend of it and before any
-# higher version of its trade, and the queue keeps the order of the one
-# producer's transactions; so exactly the first sendings are applied, and
-# every resend counts as a duplicate or as stale (which of the two depends
-# on what else shares its batch).
-[ "$applied" = "$originals" ] ||
-	fails+=("applied $applied != $originals first sendings of a version (new trades + amendments + tombstones)")
-[ $((dup + stale)) = "$resends" ] ||
-	fails+=("duplicates + stale = $((dup + stale)) != $resends resends (exact duplicates + stale resends)")
+# higher version of its trade.  A shard reads its queue partition in TID
+# order, which is nearly but not quite the order of the producer's
+# transactions: PostgreSQL may put a row into free space an earlier page
+# was left with (the free space map).  A first sending met after a higher
+# version of its trade counts as stale, and a resend met before its first
+# sending is applied in its place (the first sending then counts as a
+# duplicate); state and aggregates are the same either way.  So at most the
+# first sendings are applied, and every event is one or the other.
+[ "$applied" -le "$originals" ] ||
+	fails+=("applied $applied > $originals first sendings of a version (new trades + amendments + tombstones)")
+[ $((applied + dup + stale)) = $((originals + resends)) ] ||
+	fails+=("applied + duplicates + stale = $((applied + dup + stale)) != $((originals + resends)) first sendings and resends")
 [ "$dead" = 0 ] || fails+=("$dead events dead-lettered, though the stream holds no conflicting or invalid event")
 [ "$queued" = 0 ] && [ "$staged" = 0 ] || fails+=("after the final flush $queued events are queued and $staged batches staged")
 
