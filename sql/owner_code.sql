@@ -1,5 +1,6 @@
 -- A pipeline owner plants code on every table the extension touches
--- through the executor (triggers, an index expression, a column default),
+-- through the executor (triggers, an index expression, a column default,
+-- operators in its schema),
 -- code that tries to make the owner a superuser and records who it runs
 -- as.  A superuser then calls every function on the pipeline: the code runs
 -- as the owner, in a security-restricted operation, and gains nothing.
@@ -45,11 +46,25 @@ BEGIN
 					   ' FOR EACH ROW EXECUTE FUNCTION planted.on_row()', t);
 	END LOOP;
 END $$;
+CREATE FUNCTION planted.text_eq(text, text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	PERFORM planted.escalate('operator');
+	RETURN $1 OPERATOR(pg_catalog.=) $2;
+END $$;
+CREATE OPERATOR planted.= (LEFTARG = text, RIGHTARG = text, FUNCTION = planted.text_eq);
+CREATE FUNCTION planted.numeric_add(numeric, numeric) RETURNS numeric LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	PERFORM planted.escalate('operator');
+	RETURN $1 OPERATOR(pg_catalog.+) $2;
+END $$;
+CREATE OPERATOR planted.+ (LEFTARG = numeric, RIGHTARG = numeric, FUNCTION = planted.numeric_add);
 CREATE INDEX planted_index ON planted.aggregates (planted.in_index(total));
 ALTER TABLE planted.dead_letters ADD COLUMN note text DEFAULT planted.in_default();
 RESET ROLE;
 
--- every function, called by a superuser
+-- every function, called by a superuser whose search_path puts the
+-- owner's operators first: the extension's statements pin their own
+SET search_path = planted, public;
 SET exactonce.fault_poison_key = 'poison';
 -- (the events are the owner's: a superuser's own INSERT would fire the
 -- owner's trigger as the superuser, as on any table)
@@ -70,6 +85,7 @@ SELECT exactonce.flush('planted');
 SELECT exactonce.reset_source('planted', 'log');
 SELECT name, queued, ingested, applied, dead_lettered FROM exactonce.pipelines WHERE name = 'planted';
 RESET exactonce.fault_poison_key;
+RESET search_path;
 
 -- the planted code ran, and only ever as the owner, who is no superuser
 SELECT who, what FROM planted.ran_as GROUP BY 1, 2 ORDER BY 1, 2;
