@@ -141,5 +141,34 @@ ok(drained('held', 180), 'once pg_dump is done, held drains');
 $locker->quit;
 $reader->quit;
 
+# code an owner plants on the tables the workers write runs as the owner
+$node->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+CREATE ROLE regress_planter;
+GRANT CREATE ON DATABASE postgres TO regress_planter;
+SET ROLE regress_planter;
+SELECT exactonce.create_pipeline('planted', ARRAY['d']);
+CREATE TABLE planted.ran_as (who name, what text);
+CREATE FUNCTION planted.on_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO planted.ran_as VALUES (current_user, TG_TABLE_NAME);
+	BEGIN
+		ALTER ROLE regress_planter SUPERUSER;
+	EXCEPTION WHEN OTHERS THEN
+		NULL;
+	END;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER planted AFTER INSERT OR UPDATE ON planted.aggregates FOR EACH ROW EXECUTE FUNCTION planted.on_row();
+CREATE TRIGGER planted AFTER INSERT OR UPDATE ON planted.ledger FOR EACH ROW EXECUTE FUNCTION planted.on_row();
+INSERT INTO planted.ingest (key, version, value, d) SELECT 'k' || i, 1, 1, 'x' FROM generate_series(1, 100) i;
+});
+ok(drained('planted', 100), 'the workers drain a pipeline whose owner planted triggers');
+is($node->safe_psql($db, 'SELECT DISTINCT who FROM planted.ran_as'), 'regress_planter',
+	'the triggers ran in the workers as the owner');
+is($node->safe_psql($db, "SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_planter'"), 'f',
+	'and gained nothing');
+
 $node->stop;
 done_testing();
