@@ -7,6 +7,7 @@ EXTENSION = exactonce
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 
 MODULE_big = exactonce
+PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
 OBJS = \
 	src/exactonce.o \
 	src/pipeline.o \
