@@ -31,6 +31,10 @@ EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out
 
+# isolation specs (test/isolation/specs), run by pg_isolation_regress
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation_out
+
 # TAP tests (test/t/*.pl) with PostgreSQL::Test::Cluster, each on clusters
 # of its own; "make installcheck" runs them after the pg_regress suite.
 TAP_TESTS = 1
@@ -61,7 +65,10 @@ regresscheck:
 tapcheck:
 	$(prove_installcheck)
 
-.PHONY: regresscheck tapcheck bench
+isolationcheck:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+
+.PHONY: regresscheck tapcheck isolationcheck bench
 
 # the benchmark: COPY floor, the naive SQL peer and exactonce on the same events
 bench:

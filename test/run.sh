@@ -5,10 +5,10 @@
 # extension, then:
 #   - on a throwaway cluster with shared_preload_libraries = 'exactonce' (run
 #     as the postgres OS user): the pg_regress suite (sql/, expected/), the
-#     pgTAP suites (test/pgtap/) and the scripted tests (test/scripts/, which
-#     restart or kill the server);
+#     isolation specs (test/isolation/), the pgTAP suites (test/pgtap/) and
+#     the scripted tests (test/scripts/, which restart or kill the server);
 #   - on a second throwaway cluster without the preload, where flush() is
-#     the driver: the pg_regress and pgTAP suites again;
+#     the driver: the pg_regress, isolation and pgTAP suites again;
 #   - the TAP tests (test/t/, PostgreSQL::Test::Cluster, each on clusters of
 #     its own) through "make tapcheck", as the postgres OS user;
 # and prints one line: "N passed, N failed", counting every assertion.
@@ -45,21 +45,23 @@ count_tap() {
 	fi
 }
 
-# pg_regress against the cluster in PGHOST/PGPORT: one test per file in sql/
-run_regress() {
-	local label=$1 log=test/regress_out/regresscheck-$1.log
+# pg_regress (make regresscheck, sql/) or pg_isolation_regress (make
+# isolationcheck, test/isolation/specs) against the cluster in
+# PGHOST/PGPORT: one test per file
+run_suite() {
+	local kind=$1 label=$2 target=$3 diffs=$4 log=test/regress_out/$3-$2.log
 	mkdir -p test/regress_out
-	make -s regresscheck >"$log" 2>&1
+	make -s "$target" >"$log" 2>&1
 	while read -r name result; do
 		if [ "$result" = ok ]; then
 			passed=$((passed + 1))
 		else
 			failed=$((failed + 1))
-			failures+=("regress/$label/$name")
+			failures+=("$kind/$label/$name")
 		fi
 	done < <(sed -n -E 's/^(test| ) +([a-z0-9_]+) +\.\.\. +(ok|FAILED|failed).*/\2 \3/p' "$log")
 	if grep -q "FAILED\|failed" "$log"; then
-		head -200 test/regress_out/regression.diffs 2>/dev/null
+		head -200 "$diffs" 2>/dev/null
 	fi
 }
 
@@ -85,7 +87,8 @@ test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB,${DB}2'" "exacto
 }
 export PGHOST=$DIR PGPORT=$PORT PGUSER=postgres
 export EXACTONCE_TEST_DIR=$DIR EXACTONCE_TEST_PORT=$PORT
-run_regress preloaded
+run_suite regress preloaded regresscheck test/regress_out/regression.diffs
+run_suite isolation preloaded isolationcheck test/isolation_out/regression.diffs
 run_pgtap preloaded
 
 # scripted tests: each prints TAP lines ("ok N - ..." / "not ok N - ...")
@@ -102,7 +105,8 @@ test/cluster.sh start "$DIR_NOPRELOAD" "$PORT_NOPRELOAD" "shared_preload_librari
 	exit 1
 }
 export PGHOST=$DIR_NOPRELOAD PGPORT=$PORT_NOPRELOAD
-run_regress nopreload
+run_suite regress nopreload regresscheck test/regress_out/regression.diffs
+run_suite isolation nopreload isolationcheck test/isolation_out/regression.diffs
 run_pgtap nopreload
 test/cluster.sh stop "$DIR_NOPRELOAD"
 
