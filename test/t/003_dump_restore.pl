@@ -1,7 +1,8 @@
 # pg_dump of a pipeline half way through a queue partition, restored with
 # pg_restore (custom format) and psql (plain format) into another database
 # and into another cluster: the restored copy drains every event once, from
-# where the dump left it, and goes on with new events.
+# where the dump left it, and goes on with new events; idempotency tokens
+# claimed before the dump stay claimed.
 
 use strict;
 use warnings;
@@ -14,6 +15,7 @@ use ExactonceTest;
 my $node = eo_node('dump');
 my $db = 'postgres';
 eo_setup($node, $db);
+$node->safe_psql($db, "SELECT exactonce.once('payments', 'order-1')");
 eo_produce($node, $db, 1, 5000);
 ok(eo_wait_drained($node, $db), 'a first load drained');
 ok(eo_half_drain($node, $db, 5001, 35000), 'half way through a partition');
@@ -38,6 +40,8 @@ sub check_restored
 	is( $target->safe_psql($tdb,
 			"SELECT (SELECT sum(drain_count) FROM trades.shard) > 0 AND paused FROM exactonce.pipelines"),
 		't', "$label: restored half way, paused");
+	is($target->safe_psql($tdb, "SELECT exactonce.once('payments', 'order-1')"),
+		'f', "$label: a token claimed before the dump stays claimed");
 	$target->safe_psql($tdb, "SELECT exactonce.resume('trades')");
 	$target->safe_psql($tdb, "SELECT exactonce.flush('trades')");
 	eo_check($target, $tdb, "$label, drained");
