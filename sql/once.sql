@@ -1,7 +1,7 @@
 -- Idempotency tokens: exactonce.once(scope, token, payload) is true exactly
 -- once per (scope, token) among committed transactions; payload
 -- fingerprints, stored results, forget(), rights and a pinned search_path.
--- (Two sessions racing on one token: test/scripts/once_race.sh.)
+-- (Two sessions racing on one token: test/isolation/specs/once_race.spec.)
 CREATE EXTENSION exactonce;
 SET client_min_messages = warning;
 

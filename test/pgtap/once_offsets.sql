@@ -10,7 +10,7 @@
 -- random batches, with replays (a crash before the consumer recorded its
 -- progress) and rewinds (overlapping ranges), then drained and compared with
 -- an oracle.  Two consumers racing on one source are in
--- test/scripts/once_race.sh, a crashing C consumer in test/scripts/consumer.sh.
+-- test/isolation/specs/ingest_race.spec, a crashing C consumer in test/scripts/consumer.sh.
 --
 -- Everything happens in one transaction that is rolled back.
 

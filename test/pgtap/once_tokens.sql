@@ -9,7 +9,7 @@
 --
 -- plus a randomized run: 20,000 claims of 3,000 tokens in random order,
 -- each token true exactly once.  Claims racing between two sessions are in
--- test/scripts/once_race.sh (pgTAP has one session).
+-- test/isolation/specs/once_race.spec (pgTAP has one session).
 --
 -- Everything happens in one transaction that is rolled back.
 
