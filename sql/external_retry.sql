@@ -1,0 +1,69 @@
+-- An external consumer drives the three stages itself: state and map in one
+-- transaction, reduce in another.  Each transaction is retried as if its
+-- commit had succeeded but the acknowledgement was lost, and reduce is made
+-- to fail (fault_reduce = 1) between staging and applying.  Nothing is
+-- applied twice and nothing is lost.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+SELECT exactonce.create_pipeline('ext', ARRAY['desk']);
+CREATE TABLE batch1 AS
+SELECT 'k' || i AS key, 1::bigint AS version, (i * 1.5)::numeric AS value, 'd' || (i % 3) AS desk
+FROM generate_series(1, 1000) i;
+CREATE TABLE batch2 AS
+SELECT 'k' || i AS key, 2::bigint AS version, (i * 0.25)::numeric AS value, 'd' || (i % 4) AS desk
+FROM generate_series(1, 1000, 2) i;
+-- what the consumer should have applied: the newest version of each key
+CREATE VIEW mismatches AS
+WITH latest AS (SELECT DISTINCT ON (key) * FROM (SELECT * FROM batch1 UNION ALL SELECT * FROM batch2) u
+				ORDER BY key, version DESC),
+oracle AS (SELECT desk, 1 - GROUPING(desk) AS level, sum(value) AS total, count(*) AS keys
+		   FROM latest GROUP BY ROLLUP (desk))
+SELECT count(*) FROM (
+	(SELECT desk, level, total, keys FROM ext.aggregates EXCEPT SELECT * FROM oracle)
+	UNION ALL
+	(SELECT * FROM oracle EXCEPT SELECT desk, level, total, keys FROM ext.aggregates)) m;
+
+-- stage batch 1: state and map in one transaction
+SELECT encode(exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch1 e)) d), source => 'consumer', source_position => 1), 'hex') AS t1 \gset
+SELECT length(:'t1') AS token_hex_digits;
+-- the acknowledgement was lost: the same transaction again stages nothing
+SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch1 e)) d), source => 'consumer', source_position => 1) IS NULL AS nothing_staged;
+SELECT count(*) AS staged FROM ext.ledger WHERE applied_at IS NULL;
+
+-- reduce fails on purpose, after staging committed and before applying
+SET exactonce.fault_reduce = 1;
+SELECT exactonce.reduce_apply('ext');
+RESET exactonce.fault_reduce;
+SELECT count(*) AS cells FROM ext.aggregates;
+-- the retried reduce applies the staged batch; its lost acknowledgement
+-- makes the consumer reduce again, which applies nothing, by name or not
+SELECT exactonce.reduce_apply('ext');
+SELECT exactonce.reduce_apply('ext');
+SELECT exactonce.reduce_apply('ext', ARRAY[decode(:'t1', 'hex')]);
+-- replaying the events once more stages nothing
+SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch1 e)) d)) IS NULL AS nothing_staged;
+
+-- batch 2 modifies half the keys and moves them; its stage is retried twice
+SELECT encode(exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch2 e)) d), source => 'consumer', source_position => 2), 'hex') AS t2 \gset
+SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch2 e)) d), source => 'consumer', source_position => 2) IS NULL AS nothing_staged;
+SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
+	(SELECT array_agg(e) FROM batch2 e)) d), source => 'consumer', source_position => 2) IS NULL AS nothing_staged;
+SELECT exactonce.reduce_apply('ext', ARRAY[decode(:'t2', 'hex')]);
+SELECT exactonce.reduce_apply('ext', ARRAY[decode(:'t2', 'hex')]);
+SELECT * FROM mismatches;
+-- each retry of the state stage counted its events as duplicates
+SELECT ingested, applied, duplicates, stale FROM exactonce.pipelines WHERE name = 'ext';
+
+-- tokens are kept until the consumer releases them, then forgotten
+SELECT exactonce.release('ext', 'consumer', 1);
+SELECT count(*) AS kept FROM ext.ledger;
+
+DROP VIEW mismatches;
+DROP TABLE batch1, batch2;
+SELECT exactonce.drop_pipeline('ext');
+DROP EXTENSION exactonce;
