@@ -23,7 +23,9 @@ PORT_NOPRELOAD=$((PORT + 1))
 DB=exactonce_test
 
 bash test/deps.sh || exit 1
-make -s || exit 1
+# the build must be free of warnings
+make -s clean
+make -s COPT=-Werror || exit 1
 make -s install >/dev/null || exit 1
 
 passed=0
