@@ -181,7 +181,6 @@ exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
 {
 	int32		slot = PG_GETARG_INT32(0);
 	Oid			ingest = PG_GETARG_OID(1);
-
 	int			open = OpenSlot(ingest);
 
 	if (slot != open)

@@ -78,6 +78,7 @@ typedef struct DrainUnit
 typedef struct Backoff
 {
 	DrainUnit	unit;			/* hash key */
+	uint64		round;			/* the last round that served the shard */
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* no step before this */
 	SealState  *seal;			/* inserters the next drain waits for */
@@ -251,10 +252,11 @@ ForgetStats(List *ids)
 
 /*
  * ForgetBackoffs frees the backoff entries of shards this worker no longer
- * serves, so that creating and dropping pipelines keeps its memory flat.
+ * serves (those the round just ended did not visit), so that creating and
+ * dropping pipelines keeps its memory flat.
  */
 static void
-ForgetBackoffs(List *units)
+ForgetBackoffs(uint64 round)
 {
 	HASH_SEQ_STATUS seq;
 	Backoff    *b;
@@ -262,12 +264,7 @@ ForgetBackoffs(List *units)
 	hash_seq_init(&seq, backoffs);
 	while ((b = hash_seq_search(&seq)) != NULL)
 	{
-		ListCell   *lc;
-		bool		served = false;
-
-		foreach(lc, units)
-			served |= memcmp(lfirst(lc), &b->unit, sizeof(DrainUnit)) == 0;
-		if (served)
+		if (b->round == round)
 			continue;
 		if (b->seal)
 			pfree(b->seal);
@@ -510,15 +507,16 @@ TryStep(DrainUnit *u, SealState **seal, DrainResult *r, MemoryContext cxt)
 static bool
 DrainRound(MemoryContext round_cxt, bool *sealing)
 {
+	static uint64 round = 0;
 	List	   *units = ServedPipelines();
 	List	   *ids = NIL;
 	ListCell   *lc;
 	bool		worked = false;
 
+	round++;
 	foreach(lc, units)
 		ids = list_append_unique_int(ids, ((DrainUnit *) lfirst(lc))->id);
 	ForgetStats(ids);
-	ForgetBackoffs(units);
 	foreach(lc, units)
 	{
 		DrainUnit  *u = lfirst(lc);
@@ -536,6 +534,7 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 			b->retry_at = 0;
 			b->seal = NULL;
 		}
+		b->round = round;
 		if (b->retry_at > GetCurrentTimestamp())
 			continue;
 		SetState(WORKER_DRAINING, u->id);
@@ -545,6 +544,7 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 		*sealing |= r.sealing;
 	}
 	SetState(WORKER_IDLE, 0);
+	ForgetBackoffs(round);
 	return worked;
 }
 
