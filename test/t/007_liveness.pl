@@ -1,4 +1,5 @@
-# A pipeline keeps flowing whatever other sessions do to another one, the
+# A pipeline keeps flowing whatever other sessions do to another one (hold
+# its progress row, keep a transaction open, lock one of its tables), the
 # workers shut down at once whatever sessions hold, and a reader that keeps
 # a drained queue partition from being truncated does not make them spin.
 
@@ -140,6 +141,24 @@ $dump->finish;
 ok(drained('held', 180), 'once pg_dump is done, held drains');
 $locker->quit;
 $reader->quit;
+
+# 4. a lock on one of held's tables other than its progress row: the
+# workers wait for it at most lock_timeout, then back off held
+my $ddl = $node->background_psql($db);
+$ddl->query_safe('BEGIN');
+$ddl->query_safe('LOCK TABLE held.state IN ACCESS EXCLUSIVE MODE');
+feed('held', 5);
+feed('free', 5);
+ok(drained('free', 175), 'a lock on held.state: free drains');
+ok( $node->poll_query_until(
+		$db,
+		"SELECT worker_state = 'waiting' AND last_error LIKE '%lock timeout%' FROM exactonce.pipelines WHERE name = 'held'"),
+	'held waits, after a lock timeout');
+$ddl->query_safe('COMMIT');
+$ddl->quit;
+ok(drained('held', 185), 'once the lock is released, held drains');
+ok($node->log_contains(qr/CONTEXT:  exactonce drain of pipeline "held", shard \d/),
+	"the workers' errors name the pipeline and shard");
 
 # code an owner plants on the tables the workers write runs as the owner
 $node->safe_psql(
