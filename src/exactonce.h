@@ -246,7 +246,7 @@ typedef struct QueuePosition
 	int64		tid;			/* block << 16 | offset; 0 before the first row */
 	int64		row;			/* ingest_id of the row at tid */
 	int64		count;			/* rows of the shard taken from the partition */
-	int64		digest;			/* sum of QueueRowDigest(ingest_id) over them */
+	int64		digest;			/* sum of RowDigest(ingest_id) over them (queue.c) */
 	bool		digest_known;	/* false for a position carried over from 1.1 */
 } QueuePosition;
 
