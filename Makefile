@@ -11,7 +11,11 @@ PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
 OBJS = \
 	src/exactonce.o \
 	src/pipeline.o \
-	src/spi_util.o \
+	src/statement.o \
+	src/progress.o \
+	src/event.o \
+	src/cell.o \
+	src/ledger.o \
 	src/queue.o \
 	src/state.o \
 	src/map.o \
@@ -36,10 +40,11 @@ ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isol
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation_out
 
 # TAP tests (test/t/*.pl) with PostgreSQL::Test::Cluster, each on clusters
-# of its own; "make installcheck" runs them after the pg_regress suite.
+# of its own.  "make installcheck" runs all three kinds against the
+# installed extension: pg_regress and the isolation specs on the server in
+# PGHOST/PGPORT, the TAP tests on their own clusters.
 TAP_TESTS = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
-
 # -Wextra on top of PGXS's -Wall; the three exclusions are noise from the
 # server headers themselves, not from this code.
 PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
@@ -55,20 +60,31 @@ $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
 	cp $< $@
 
 # every object depends on the shared header (PGXS tracks no dependencies)
-$(OBJS): src/exactonce.h
+$(OBJS): $(wildcard src/*.h)
 
-# each suite on its own: pg_regress against the running server, the TAP
-# tests on their own clusters
+# Each suite on its own.  The *check targets stand alone: pg_regress starts
+# a temporary instance (initdb, so not as root) with the library preloaded
+# (test/preload.conf, workers on), the *check-nopreload ones without it
+# (flush() drives), and the TAP tests start clusters of their own.
+TEMP_INSTANCE = --temp-instance=test/tmp_instance
+PRELOAD = --temp-config=test/preload.conf
+
 regresscheck:
-	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(TEMP_INSTANCE) $(PRELOAD) $(REGRESS)
+
+regresscheck-nopreload:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(TEMP_INSTANCE) $(REGRESS)
+
+isolationcheck:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(TEMP_INSTANCE) $(PRELOAD) $(ISOLATION)
+
+isolationcheck-nopreload:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(TEMP_INSTANCE) $(ISOLATION)
 
 tapcheck:
 	$(prove_installcheck)
 
-isolationcheck:
-	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
-
-.PHONY: regresscheck tapcheck isolationcheck bench
+.PHONY: regresscheck regresscheck-nopreload isolationcheck isolationcheck-nopreload tapcheck bench
 
 # the benchmark: COPY floor, the naive SQL peer and exactonce on the same events
 bench:

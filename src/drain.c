@@ -24,20 +24,48 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/xact.h"
-#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "drain.h"
+#include "event.h"
+#include "map.h"
+#include "progress.h"
+#include "queue.h"
+#include "reduce.h"
+#include "state.h"
+#include "statement.h"
+
 PG_FUNCTION_INFO_V1(exactonce_flush);
+
+/* exactonce.batch_size */
+static int	exactonce_batch_size = 10000;
 
 #define TRANSIENT_RETRIES	8
 #define DATA_RETRIES		1
+
+/*
+ * DrainInit registers exactonce.batch_size.
+ */
+void
+DrainInit(void)
+{
+	DefineCustomIntVariable("exactonce.batch_size",
+							"Maximum number of events taken from a queue in one batch.",
+							"Workers pick up a new value on reload; a session may set its own for flush().",
+							&exactonce_batch_size,
+							10000, 1, 1000000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+}
 
 /*
  * IsTransient tells whether an error may go away when the work is retried.
@@ -193,7 +221,7 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 		{
 			DeadLetter dl = {events, psprintf("error: %s", err->message)};
 
-			DeadLettersInsert(p, &dl, 1);
+			EventDeadLetters(p, &dl, 1);
 			counts->ingested++;
 			counts->dead_lettered++;
 			return;
@@ -316,8 +344,7 @@ DrainPipeline(Pipeline *p)
 	bool		paused;
 	int64		total = 0;
 
-	ShardsRead(p, true, shards);
-	ProgressLock(p, &rotation, &drain_rotation, &paused);
+	ProgressLockAll(p, shards, &rotation, &drain_rotation, &paused);
 	QueueFreeze(p);
 
 	/*
@@ -339,18 +366,15 @@ DrainPipeline(Pipeline *p)
 			taken += DrainSlot(p, s, &pos);
 		}
 		QueuePositionStart(&end, rotation);
-		ShardRecord(p, s, &end, taken);
+		ProgressShardRecord(p, s, &end, taken);
 		total += taken;
 	}
-	if (drain_rotation < rotation)
-		QueueTruncateSlot(p, (int) (drain_rotation % EXACTONCE_SLOTS));
-	QueueTruncateSlot(p, (int) (rotation % EXACTONCE_SLOTS));
-	ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
-
 	ReduceWithRetry(p);
 
-	/* tokens of truncated partitions can never be staged again */
-	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
+	if (drain_rotation < rotation)
+		QueueRetire(p, drain_rotation);
+	QueueRetire(p, rotation);
+	ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
 	return total;
 }
 
@@ -371,7 +395,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		int			slotno = (int) (drain_rotation % EXACTONCE_SLOTS);
 
 		/* the last shard to finish does this */
-		ShardsRead(p, false, shards);
+		ProgressShardsRead(p, false, shards);
 		for (int s = 0; s < p->nshards; s++)
 			if (shards[s].rotation < rotation)
 				return r;
@@ -385,9 +409,8 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 			r.sealing = true;
 			return r;
 		}
-		QueueTruncateSlot(p, slotno);
+		QueueRetire(p, drain_rotation);
 		ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
-		LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, drain_rotation);
 		r.worked = true;
 	}
 	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
@@ -425,7 +448,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	 * pipelines waiting.  The next round, at the latest after naptime, looks
 	 * again.
 	 */
-	if (!ShardLock(p, shard, &pos))
+	if (!ProgressShardLock(p, shard, &pos))
 		return r;
 
 	/*
@@ -461,7 +484,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		r = DrainBatch(p, shard, &pos, &counts);
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
-		ShardRecord(p, shard, &pos, r.taken);
+		ProgressShardRecord(p, shard, &pos, r.taken);
 		ProgressTryLock(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);
@@ -487,12 +510,12 @@ exactonce_flush(PG_FUNCTION_ARGS)
 
 	PipelineRequireReadCommitted("exactonce.flush()");
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
 	taken = DrainPipeline(p);
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(taken);
 }

@@ -11,29 +11,41 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "common/pg_prng.h"
-#include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "exactonce.h"
+#include "fault.h"
+#include "shmem.h"
 
 PG_FUNCTION_INFO_V1(exactonce_faults_injected);
 
-double		exactonce_fault_state = 0.0;
-double		exactonce_fault_map = 0.0;
-double		exactonce_fault_reduce = 0.0;
-char	   *exactonce_fault_poison_key = NULL;
+static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce"};
+
+/* exactonce.fault_<stage>: the failure probability of each stage */
+static double fault_probability[FAULT_STAGES];
+static char *exactonce_fault_poison_key = NULL;
 
 /*
- * DefineFaultSetting registers one failure probability.
+ * DefineFaultSetting registers the failure probability of one stage.  The
+ * GUC machinery keeps the description without copying it: it lives in
+ * TopMemoryContext, not in whatever context loaded the library.
  */
 static void
-DefineFaultSetting(const char *name, const char *stage, double *var)
+DefineFaultSetting(const char *stage, double *var)
 {
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	char	   *name = psprintf("exactonce.fault_%s", stage);
+	char	   *desc = psprintf("Probability that the %s stage fails on purpose.", stage);
+
+	MemoryContextSwitchTo(old);
 	DefineCustomRealVariable(name,
-							 psprintf("Probability that the %s stage fails on purpose.", stage),
+							 desc,
 							 "For resilience tests only; 0 disables it.",
 							 var,
 							 0.0, 0.0, 1.0,
@@ -48,9 +60,8 @@ DefineFaultSetting(const char *name, const char *stage, double *var)
 void
 FaultInit(void)
 {
-	DefineFaultSetting("exactonce.fault_state", "state", &exactonce_fault_state);
-	DefineFaultSetting("exactonce.fault_map", "map", &exactonce_fault_map);
-	DefineFaultSetting("exactonce.fault_reduce", "reduce", &exactonce_fault_reduce);
+	for (int i = 0; i < FAULT_STAGES; i++)
+		DefineFaultSetting(stage_names[i], &fault_probability[i]);
 	DefineCustomStringVariable("exactonce.fault_poison_key",
 							   "Key whose events make the state stage fail, every time.",
 							   "For tests of poison-event isolation only; empty disables it.",
@@ -79,15 +90,16 @@ FaultPoison(text *key)
 				 errmsg("injected poison event with key \"%s\"", exactonce_fault_poison_key)));
 }
 
-static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce"};
-
 /*
- * FaultMaybeFail raises an injected failure with the given probability, and
- * counts it.
+ * FaultMaybeFail raises an injected failure in stage with the probability
+ * exactonce.fault_<stage> says, and counts it.
  */
 void
-FaultMaybeFail(FaultStage stage, double probability)
+FaultMaybeFail(FaultStage stage)
 {
+	double		probability = fault_probability[stage];
+
+	Assert(stage >= 0 && stage < FAULT_STAGES);
 	if (probability <= 0.0)
 		return;
 	if (pg_prng_double(&pg_global_prng_state) >= probability)

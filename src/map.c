@@ -7,111 +7,29 @@
  * The token hashes the deltas themselves, (key, version, cell, change)
  * sorted, not the pre-aggregate: two different batches can sum to the same
  * cells, but they never consist of the same transitions, because the state
- * stage applies each (key, version) once.  Staging is INSERT ... ON CONFLICT
- * DO NOTHING on the token, so a batch staged twice is stored once, and a
- * batch already applied (its ledger row kept, see reduce.c) is not staged
- * again.
- *
- * The cell table below also serves reduce.c, which merges many staged
- * batches into one change per cell.
+ * stage applies each (key, version) once.  The ledger (ledger.c) stores a
+ * token once, so a batch staged twice is stored once.
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
-#include "miscadmin.h"
-
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
-#include "common/hashfn.h"
-#include "access/htup_details.h"
-#include "fmgr.h"
-#include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
 #include "utils/typcache.h"
 
+#include "cell.h"
+#include "fault.h"
+#include "ledger.h"
+#include "map.h"
+#include "progress.h"
+#include "statement.h"
+
 PG_FUNCTION_INFO_V1(exactonce_map_stage);
-
-/*
- * CellHash hashes a cell's encoded identity.
- */
-static uint32
-CellHash(const void *key, Size keysize)
-{
-	const CellKey *k = key;
-
-	return hash_bytes((const unsigned char *) k->data, k->len);
-}
-
-/*
- * CellMatch compares two encoded cell identities (0 when equal).
- */
-static int
-CellMatch(const void *key1, const void *key2, Size keysize)
-{
-	const CellKey *a = key1;
-	const CellKey *b = key2;
-
-	if (a->len != b->len)
-		return 1;
-	return memcmp(a->data, b->data, a->len);
-}
-
-/*
- * CellTableCreate makes an empty table of cells in the current context.
- */
-HTAB *
-CellTableCreate(void)
-{
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(CellKey);
-	ctl.entrysize = sizeof(Cell);
-	ctl.hash = CellHash;
-	ctl.match = CellMatch;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create("exactonce cells", 256, &ctl,
-					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-}
-
-/*
- * CellTableAdd adds a change to the cell (level, dims[0..level)).
- */
-void
-CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys)
-{
-	StringInfoData buf;
-	CellKey		key;
-	Cell	   *cell;
-	bool		found;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, (char) level);
-	for (int i = 0; i < level; i++)
-	{
-		text	   *t = (text *) DatumGetPointer(dims[i]);
-		uint32		len = VARSIZE_ANY_EXHDR(t);
-
-		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-		appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
-	}
-	key.data = buf.data;
-	key.len = buf.len;
-	cell = hash_search(cells, &key, HASH_ENTER, &found);
-	if (found)
-	{
-		pfree(buf.data);
-		cell->total = NumericAdd(cell->total, total);
-		cell->keys += keys;
-		return;
-	}
-	cell->level = level;
-	memcpy(cell->dims, dims, sizeof(Datum) * level);
-	cell->total = total;
-	cell->keys = keys;
-}
 
 /*
  * DeltaCmp orders deltas canonically: key, version, cell, change.
@@ -205,54 +123,6 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 }
 
 /*
- * CellArrays turns a cell table into the parallel arrays the ledger and the
- * aggregates upsert take: levels, one text[] per dimension (NULL where rolled
- * up), totals and key counts.  Cells whose change is nil are left out.
- */
-int
-CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *totals,
-		   Datum *keys)
-{
-	long		max = Max(hash_get_num_entries(cells), 1);
-	Datum	   *lv = palloc(sizeof(Datum) * max);
-	Datum	   *dv[EXACTONCE_MAX_DIMENSIONS];
-	bool	   *dn[EXACTONCE_MAX_DIMENSIONS];
-	Numeric    *tv = palloc(sizeof(Numeric) * max);
-	int64	   *kv = palloc(sizeof(int64) * max);
-	HASH_SEQ_STATUS seq;
-	Cell	   *cell;
-	int			n = 0;
-
-	for (int i = 0; i < p->ndims; i++)
-	{
-		dv[i] = palloc(sizeof(Datum) * max);
-		dn[i] = palloc(sizeof(bool) * max);
-	}
-	hash_seq_init(&seq, cells);
-	while ((cell = hash_seq_search(&seq)) != NULL)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (cell->keys == 0 && NumericIsZero(cell->total))
-			continue;
-		lv[n] = Int32GetDatum(cell->level);
-		for (int i = 0; i < p->ndims; i++)
-		{
-			dn[i][n] = i >= cell->level;
-			dv[i][n] = i < cell->level ? cell->dims[i] : (Datum) 0;
-		}
-		tv[n] = cell->total;
-		kv[n] = cell->keys;
-		n++;
-	}
-	*levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
-	for (int i = 0; i < p->ndims; i++)
-		dimcols[i] = TextArray(dv[i], dn[i], n);
-	*totals = NumericArray(tv, n);
-	*keys = Int8Array(kv, n);
-	return n;
-}
-
-/*
  * RollUp pre-aggregates deltas per leaf cell, then the leaves into every
  * upper level, which costs one addition per delta and a few per leaf.
  */
@@ -272,19 +142,6 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 			CellTableAdd(cells, level, leaf->dims, leaf->total, leaf->keys);
 	hash_destroy(leaves);
 	return cells;
-}
-
-/*
- * BuildLedgerStage: stage one batch unless its token is already known.
- */
-static const char *
-BuildLedgerStage(Pipeline *p)
-{
-	return psprintf("INSERT INTO %s.ledger (token, source, position, staged_at,"
-					" deltas, levels, cells, totals, keys)"
-					" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8)"
-					" ON CONFLICT (token) DO NOTHING",
-					quote_identifier(p->name));
 }
 
 /*
@@ -329,12 +186,10 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 		 uint8 *token)
 {
 	HTAB	   *cells;
-	Oid			types[8] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
-	TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
-	Datum		values[8];
-	char		nulls[9] = "        ";
+	Datum		levels,
+				totals,
+				keys;
 	Datum		dimcols[EXACTONCE_MAX_DIMENSIONS];
-	bytea	   *tok;
 	int			ncells;
 
 	if (n == 0)
@@ -342,22 +197,12 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 	DeltaToken(p, deltas, n, token);
 
 	cells = RollUp(p, deltas, n);
-	ncells = CellArrays(p, cells, &values[4], dimcols, &values[6], &values[7]);
-	values[5] = Flatten2D(p, dimcols, ncells);
-
-	tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
-	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
-	memcpy(VARDATA(tok), token, EXACTONCE_TOKEN_LEN);
-	values[0] = PointerGetDatum(tok);
-	values[1] = CStringGetTextDatum(source);
-	values[2] = Int64GetDatum(position);
-	if (position < 0)
-		nulls[2] = 'n';
-	values[3] = Int32GetDatum(n);
-	SpiExec(SpiPlan(p, PLAN_LEDGER_STAGE, BuildLedgerStage, 8, types), values, nulls, -1);
+	ncells = CellArrays(p, cells, &levels, dimcols, &totals, &keys);
+	LedgerStage(p, token, source, position, n, levels, Flatten2D(p, dimcols, ncells),
+				totals, keys);
 	hash_destroy(cells);
 
-	FaultMaybeFail(FAULT_MAP, exactonce_fault_map);
+	FaultMaybeFail(FAULT_MAP);
 	return true;
 }
 
@@ -470,14 +315,14 @@ exactonce_map_stage(PG_FUNCTION_ARGS)
 	position = PG_ARGISNULL(3) ? -1 : PG_GETARG_INT64(3);
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
 	deltas = DeltasFromArray(p, PG_GETARG_ARRAYTYPE_P(1), &ndeltas);
 	ProgressLock(p, &dummy, &dummy, &paused);
 	staged = MapStage(p, deltas, ndeltas, source, position, token);
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 
 	if (!staged)

@@ -31,7 +31,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
@@ -45,6 +45,12 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/typcache.h"
+
+#include "event.h"
+#include "pipeline.h"
+#include "queue.h"
+#include "statement.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest);
 PG_FUNCTION_INFO_V1(exactonce_reset_source);
@@ -108,8 +114,6 @@ static const SourceStatement source_statements[SOURCE_NPLANS] = {
 	},
 };
 
-static SPIPlanPtr source_plans[SOURCE_NPLANS];
-
 /*
  * SourcePlan returns the kept plan of statement "which".
  */
@@ -118,7 +122,7 @@ SourcePlan(int which)
 {
 	const SourceStatement *s = &source_statements[which];
 
-	return SpiKeepPlan(&source_plans[which], s->sql, s->nargs, (Oid *) s->types);
+	return StatementPrepareFixed(s->sql, s->nargs, s->types);
 }
 
 /*
@@ -252,7 +256,7 @@ SourceFind(Oid table_owner, Pipeline *p, text *source, bool create, int64 *commi
 
 	for (int attempt = 0; attempt < SOURCE_LOCK_ATTEMPTS; attempt++)
 	{
-		SpiExecAs(table_owner, SourcePlan(SOURCE_LOCK), values, NULL, false, -1);
+		StatementExecAs(table_owner, SourcePlan(SOURCE_LOCK), values, NULL, false, -1);
 		if (SPI_processed == 1)
 		{
 			bool		isnull;
@@ -269,7 +273,7 @@ SourceFind(Oid table_owner, Pipeline *p, text *source, bool create, int64 *commi
 		 * the insert waits for it and then does nothing; the next lock
 		 * attempt sees its row.
 		 */
-		SpiExecAs(table_owner, SourcePlan(SOURCE_CREATE), values, NULL, false, -1);
+		StatementExecAs(table_owner, SourcePlan(SOURCE_CREATE), values, NULL, false, -1);
 		CHECK_FOR_INTERRUPTS();
 	}
 	elog(ERROR, "could not lock the offset of source \"%s\" of pipeline \"%s\"",
@@ -287,9 +291,9 @@ BuildQueueInsert(Pipeline *p)
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s.ingest (", quote_identifier(p->name));
-	AppendEventColumns(&sql, p);
+	EventAppendColumns(&sql, p);
 	appendStringInfoString(&sql, ") SELECT * FROM ");
-	AppendEventUnnest(&sql, p, 0);
+	EventAppendUnnest(&sql, p, 0);
 	return sql.data;
 }
 
@@ -306,7 +310,7 @@ QueueInsert(Pipeline *p, Event *events, int n)
 	for (int j = 0; j < n; j++)
 		ptrs[j] = &events[j];
 	EventArrays(p, ptrs, n, values, types);
-	SpiExec(SpiPlan(p, PLAN_QUEUE_INSERT, BuildQueueInsert, EV_NATTS(p), types),
+	StatementExec(StatementPrepare(p, BuildQueueInsert, EV_NATTS(p), types),
 			values, NULL, n);
 }
 
@@ -337,7 +341,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 	events_arr = PG_GETARG_ARRAYTYPE_P(2);
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, false);
 	RequireIngest(p);
 	PipelineActAsOwner(p);		/* the caller may insert: checked */
@@ -346,7 +350,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 
 	if (n > 0)
 	{
-		Oid			table_owner = ExtensionTableOwner("source_offset");
+		Oid			table_owner = StatementTableOwner("source_offset");
 		Datum		values[5];
 
 		if (SourceFind(table_owner, p, source, true, &committed))
@@ -361,11 +365,11 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum(first < n ? offsets[n - 1] : committed);
 		values[3] = Int64GetDatum(n - first);
 		values[4] = Int64GetDatum(first);
-		SpiExecAs(table_owner, SourcePlan(SOURCE_RECORD), values, NULL, false, 1);
+		StatementExecAs(table_owner, SourcePlan(SOURCE_RECORD), values, NULL, false, 1);
 	}
 
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(n - first);
 }
@@ -394,25 +398,25 @@ exactonce_reset_source(PG_FUNCTION_ARGS)
 				 errhint("Pass NULL to forget the source, so that its next batch is taken whatever its offsets.")));
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
-	table_owner = ExtensionTableOwner("source_offset");
+	table_owner = StatementTableOwner("source_offset");
 
 	/* waits for a consumer's transaction that holds the row */
 	had = SourceFind(table_owner, p, source, !PG_ARGISNULL(2), &previous);
 	values[0] = Int32GetDatum(p->id);
 	values[1] = PointerGetDatum(source);
 	if (PG_ARGISNULL(2))
-		SpiExecAs(table_owner, SourcePlan(SOURCE_DELETE), values, NULL, false, -1);
+		StatementExecAs(table_owner, SourcePlan(SOURCE_DELETE), values, NULL, false, -1);
 	else
 	{
 		values[2] = PG_GETARG_DATUM(2);
-		SpiExecAs(table_owner, SourcePlan(SOURCE_SET), values, NULL, false, 1);
+		StatementExecAs(table_owner, SourcePlan(SOURCE_SET), values, NULL, false, 1);
 	}
 
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	if (!had)
 		PG_RETURN_NULL();
@@ -435,12 +439,12 @@ exactonce_committed_offset(PG_FUNCTION_ARGS)
 	int			nestlevel;
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, false);
 	RequireIngest(p);
 	values[0] = Int32GetDatum(p->id);
 	values[1] = PointerGetDatum(source);
-	SpiExecAs(ExtensionTableOwner("source_offset"), SourcePlan(SOURCE_READ),
+	StatementExecAs(StatementTableOwner("source_offset"), SourcePlan(SOURCE_READ),
 			  values, NULL, true, -1);
 	if (SPI_processed == 1)
 	{
@@ -449,7 +453,7 @@ exactonce_committed_offset(PG_FUNCTION_ARGS)
 		if (!isnull)
 			committed = DatumGetInt64(d);
 	}
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	if (isnull)
 		PG_RETURN_NULL();

@@ -31,7 +31,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -46,6 +46,9 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+
+#include "exactonce.h"
+#include "statement.h"
 
 PG_FUNCTION_INFO_V1(exactonce_once);
 PG_FUNCTION_INFO_V1(exactonce_once_result);
@@ -105,8 +108,6 @@ static const OnceStatement once_statements[ONCE_NPLANS] = {
 	},
 };
 
-static SPIPlanPtr once_plans[ONCE_NPLANS];
-
 /* A token's row, as ReadToken finds it. */
 typedef struct TokenRow
 {
@@ -125,7 +126,7 @@ OncePlan(int which)
 {
 	const OnceStatement *s = &once_statements[which];
 
-	return SpiKeepPlan(&once_plans[which], s->sql, s->nargs, (Oid *) s->types);
+	return StatementPrepareFixed(s->sql, s->nargs, s->types);
 }
 
 /*
@@ -192,14 +193,14 @@ ScopeAccess(text *scope, bool claim, Oid table_owner, bool read_only)
 	bool		isnull;
 	char	   *name;
 
-	SpiExecAs(table_owner, OncePlan(ONCE_SCOPE_OWNER), values, NULL, read_only, -1);
+	StatementExecAs(table_owner, OncePlan(ONCE_SCOPE_OWNER), values, NULL, read_only, -1);
 	if (SPI_processed == 0)
 	{
 		if (!claim)
 			return false;
 		/* first claim: the scope becomes ours, unless someone beats us */
-		SpiExecAs(table_owner, OncePlan(ONCE_SCOPE_ADD), values, NULL, false, -1);
-		SpiExecAs(table_owner, OncePlan(ONCE_SCOPE_OWNER), values, NULL, false, 1);
+		StatementExecAs(table_owner, OncePlan(ONCE_SCOPE_ADD), values, NULL, false, -1);
+		StatementExecAs(table_owner, OncePlan(ONCE_SCOPE_OWNER), values, NULL, false, 1);
 	}
 	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (has_privs_of_role(user, owner))
@@ -231,7 +232,7 @@ ReadToken(text *scope, text *token, Oid table_owner, bool read_only)
 	bool		isnull;
 	Datum		d;
 
-	SpiExecAs(table_owner, OncePlan(ONCE_READ), values, NULL, read_only, -1);
+	StatementExecAs(table_owner, OncePlan(ONCE_READ), values, NULL, read_only, -1);
 	if (SPI_processed == 0)
 		return row;
 	tup = SPI_tuptable->vals[0];
@@ -297,20 +298,20 @@ exactonce_once(PG_FUNCTION_ARGS)
 	int			nestlevel;
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
-	table_owner = ExtensionTableOwner("once_token");
+	nestlevel = StatementPinSearchPath();
+	table_owner = StatementTableOwner("once_token");
 	ScopeAccess(scope, true, table_owner, false);
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(token);
 	values[2] = PointerGetDatum(fp);
 	values[3] = ObjectIdGetDatum(GetUserId());
-	SpiExecAs(table_owner, OncePlan(ONCE_CLAIM), values, nulls, false, -1);
+	StatementExecAs(table_owner, OncePlan(ONCE_CLAIM), values, nulls, false, -1);
 	claimed = SPI_processed == 1;
 	if (!claimed)
 		CheckPayload(scope, token, fp, table_owner);
 
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_BOOL(claimed);
 }
@@ -332,8 +333,8 @@ exactonce_once_result(PG_FUNCTION_ARGS)
 	int			nestlevel;
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
-	table_owner = ExtensionTableOwner("once_token");
+	nestlevel = StatementPinSearchPath();
+	table_owner = StatementTableOwner("once_token");
 	if (ScopeAccess(scope, false, table_owner, false))
 		row = ReadToken(scope, token, table_owner, false);
 	if (!row.found)
@@ -353,9 +354,9 @@ exactonce_once_result(PG_FUNCTION_ARGS)
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(token);
 	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	SpiExecAs(table_owner, OncePlan(ONCE_STORE), values, nulls, false, 1);
+	StatementExecAs(table_owner, OncePlan(ONCE_STORE), values, nulls, false, 1);
 
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	if (PG_ARGISNULL(2))
 		PG_RETURN_NULL();
@@ -377,13 +378,13 @@ exactonce_once_get(PG_FUNCTION_ARGS)
 	int			nestlevel;
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
-	table_owner = ExtensionTableOwner("once_token");
+	nestlevel = StatementPinSearchPath();
+	table_owner = StatementTableOwner("once_token");
 	if (ScopeAccess(scope, false, table_owner, true))
 		row = ReadToken(scope, token, table_owner, true);
 	if (row.found && !row.result_null)
 		result = SPI_datumTransfer(row.result, false, -1);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 
 	if (!row.found || row.result_null)
@@ -421,16 +422,16 @@ exactonce_forget(PG_FUNCTION_ARGS)
 				 errhint("Pass how long ago the oldest token to keep was claimed, for example '30 days'.")));
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
-	table_owner = ExtensionTableOwner("once_token");
+	nestlevel = StatementPinSearchPath();
+	table_owner = StatementTableOwner("once_token");
 	if (ScopeAccess(scope, false, table_owner, false))
 	{
 		values[0] = PointerGetDatum(scope);
 		values[1] = IntervalPGetDatum(older_than);
-		SpiExecAs(table_owner, OncePlan(ONCE_FORGET), values, NULL, false, -1);
+		StatementExecAs(table_owner, OncePlan(ONCE_FORGET), values, NULL, false, -1);
 		forgotten = (int64) SPI_processed;
 	}
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(forgotten);
 }

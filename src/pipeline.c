@@ -20,7 +20,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -36,6 +36,12 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+
+#include "drain.h"
+#include "pipeline.h"
+#include "progress.h"
+#include "statement.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline);
 PG_FUNCTION_INFO_V1(exactonce_drop_pipeline);
@@ -332,8 +338,25 @@ RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected
 
 	if (plan == NULL)
 		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
-	SpiExecAs(ExtensionTableOwner("pipeline"), plan, values, NULL, false, expected);
+	StatementExecAs(StatementTableOwner("pipeline"), plan, values, NULL, false, expected);
 	SPI_freeplan(plan);
+}
+
+/*
+ * PipelineRelationOwner returns the owner of a relation, InvalidOid if it is
+ * gone.
+ */
+Oid
+PipelineRelationOwner(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
 }
 
 /*
@@ -370,7 +393,7 @@ CheckOwnership(Pipeline *p)
 		ReleaseSysCache(tup);
 	for (int i = 0; ok && i < lengthof(rels); i++)
 		ok = OidIsValid(rels[i].relid) && get_rel_relkind(rels[i].relid) == rels[i].relkind &&
-			RelationOwner(rels[i].relid) == p->owner;
+			PipelineRelationOwner(rels[i].relid) == p->owner;
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -476,11 +499,13 @@ PipelineLoad(const char *name, bool for_owner)
  * a member of the owning role, a worker), as VACUUM and REFRESH
  * MATERIALIZED VIEW do: code the owner planted there (a trigger, an index
  * expression, a default, a cast) never runs with more rights than the
- * owner's.  The search_path is pinned already (SpiPinSearchPath).
+ * owner's.  The search_path is pinned already (StatementPinSearchPath).
  */
 void
 PipelineActAsOwner(Pipeline *p)
 {
+	Assert(!p->acting_as_owner);
+	p->acting_as_owner = true;
 	GetUserIdAndSecContext(&p->caller, &p->caller_sec);
 	SetUserIdAndSecContext(p->owner, p->caller_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
@@ -493,6 +518,8 @@ PipelineActAsOwner(Pipeline *p)
 void
 PipelineActAsCaller(Pipeline *p)
 {
+	Assert(p->acting_as_owner);
+	p->acting_as_owner = false;
 	SetUserIdAndSecContext(p->caller, p->caller_sec);
 }
 
@@ -521,13 +548,13 @@ PipelineLoadById(int32 id)
 int
 PipelineShards(int32 id)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {INT4OID};
+	static const Oid types[1] = {INT4OID};
+	SPIPlanPtr	plan;
 	Datum		values[1] = {Int32GetDatum(id)};
 	bool		isnull;
 
-	SpiKeepPlan(&plan, "SELECT shards FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
-				1, types);
+	plan = StatementPrepareFixed("SELECT shards FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
+								 1, types);
 	/* not read-only: the query takes a snapshot of its own, not the step's */
 	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
@@ -605,7 +632,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	nshards = CheckShards(PG_GETARG_INT32(3));
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 
 	values[0] = CStringGetTextDatum(name);
 	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
@@ -634,7 +661,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5)",
 				 5, types, values, 1);
 
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -699,10 +726,10 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	if (force && ForcePipelineDrop(name))
 	{
-		SpiUnpinSearchPath(nestlevel);
+		StatementUnpinSearchPath(nestlevel);
 		SPI_finish();
 		PG_RETURN_VOID();
 	}
@@ -710,7 +737,7 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 
 	/* wait for batches in progress and for inserters, and keep both out */
-	PipelineLockAll(p, &dummy, &dummy, &paused);
+	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	QueueFreeze(p);
 	{
 		int64		queued,
@@ -739,7 +766,7 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 				 1, types, values, 1);
 
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 
 	/*
@@ -764,19 +791,19 @@ SetPaused(const char *name, bool paused)
 	bool		was_paused;
 
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
 	/* pause waits for the batches in progress */
-	PipelineLockAll(p, &dummy, &dummy, &was_paused);
+	ProgressLockAll(p, NULL, &dummy, &dummy, &was_paused);
 	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
 							 quote_identifier(p->name), paused ? "true" : "false"),
 					false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
-	WakeWorkersAtCommit();
+	WorkerWakeAtCommit();
 }
 
 /*
@@ -824,7 +851,7 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	PipelineRequireReadCommitted("exactonce.set_shards()");
 	nshards = CheckShards(PG_GETARG_INT32(1));
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
 	drained = DrainPipeline(p);
@@ -850,8 +877,8 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 				 2, types, values, 1);
 
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
-	WakeWorkersAtCommit();
+	WorkerWakeAtCommit();
 	PG_RETURN_INT64(drained);
 }

@@ -27,7 +27,7 @@
  * gets no ingest_id (the identity is the queue's) and is refused.
  *
  * A sealed partition never changes, so its rows are read in TID order in
- * batches.  Keys are split into shards by a hash (KeyShard), and the shards
+ * batches.  Keys are split into shards by a hash (QueueKeyShard), and the shards
  * are drained independently, each by one worker: a shard reads the rows of
  * its keys and skips the others, and its row in table shard remembers where
  * it stands (QueuePosition), moved in the same transaction as the batch's
@@ -50,26 +50,27 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_type.h"
 #include "common/hashfn.h"
-#include "utils/acl.h"
-#include "utils/memutils.h"
-#include "utils/syscache.h"
-#include "fmgr.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "storage/bufmgr.h"
+
+#include "ledger.h"
+#include "queue.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
@@ -125,7 +126,7 @@ QueueProgress(Oid ingest)
 	if (name == NULL || strcmp(name, "ingest") != 0 ||
 		get_rel_relkind(ingest) != RELKIND_PARTITIONED_TABLE ||
 		!OidIsValid(progress) || get_rel_relkind(progress) != RELKIND_RELATION ||
-		RelationOwner(progress) != RelationOwner(ingest))
+		PipelineRelationOwner(progress) != PipelineRelationOwner(ingest))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("relation \"%s\" is not the queue of an exactonce pipeline",
@@ -244,98 +245,11 @@ QueueFreeze(Pipeline *p)
 }
 
 /*
- * EventAttnums maps the event columns to attribute numbers of desc, 0 for a
- * column the descriptor lacks, and insists that present ones have the types
- * of the ingest table.
- */
-void
-EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
-{
-	static const char *const names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
-	static const Oid types[EV_DIM0] = {TEXTOID, INT8OID, NUMERICOID, BOOLOID, TIMESTAMPTZOID};
-
-	for (int i = 0; i < EV_NATTS(p); i++)
-	{
-		const char *name = i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
-		Oid			type = i < EV_DIM0 ? types[i] : TEXTOID;
-
-		attnums[i] = 0;
-		for (int a = 0; a < desc->natts; a++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, a);
-
-			if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
-				continue;
-			if (att->atttypid != type)
-				ereport(ERROR,
-						(errcode(ERRCODE_DATATYPE_MISMATCH),
-						 errmsg("event column \"%s\" has type %s, expected %s",
-								name, format_type_be(att->atttypid), format_type_be(type)),
-						 errhint("Cast it, for example %s::%s.", name, format_type_be(type))));
-			attnums[i] = att->attnum;
-			break;
-		}
-	}
-}
-
-/*
- * EventFromSlot copies one event out of a tuple slot into the current memory
- * context.  It returns NULL, or the name of a required column that is NULL
- * or missing.  A missing deleted is false, a missing event_time is now.
- */
-const char *
-EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
-{
-	static const char *const names[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
-	Datum		d;
-	bool		isnull;
-
-	for (int i = 0; i < EV_NATTS(p); i++)
-	{
-		if (attnums[i] == 0)
-		{
-			if (i == EV_DELETED || i == EV_TIME)
-				continue;
-			return i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
-		}
-		d = slot_getattr(slot, attnums[i], &isnull);
-		if (isnull)
-			return i < EV_DIM0 ? names[i] : p->dims[i - EV_DIM0];
-		switch (i)
-		{
-			case EV_KEY:
-				ev->key = DatumGetTextPCopy(d);
-				break;
-			case EV_VERSION:
-				ev->version = DatumGetInt64(d);
-				break;
-			case EV_VALUE:
-				ev->value = DatumGetNumericCopy(d);
-				break;
-			case EV_DELETED:
-				ev->deleted = DatumGetBool(d);
-				break;
-			case EV_TIME:
-				ev->event_time = DatumGetTimestampTz(d);
-				break;
-			default:
-				ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
-				break;
-		}
-	}
-	if (attnums[EV_DELETED] == 0)
-		ev->deleted = false;
-	if (attnums[EV_TIME] == 0)
-		ev->event_time = GetCurrentTimestamp();
-	return NULL;
-}
-
-/*
- * KeyShard returns the shard of a key: a hash of its bytes, which is stable
+ * QueueKeyShard returns the shard of a key: a hash of its bytes, which is stable
  * for as long as the server's binaries are the same.
  */
 int
-KeyShard(Pipeline *p, text *key)
+QueueKeyShard(Pipeline *p, text *key)
 {
 	if (p->nshards == 1)
 		return 0;
@@ -479,7 +393,7 @@ Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		if (KeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull))) != shard)
+		if (QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull))) != shard)
 			continue;
 		row = RowId(slot, id_attnum);
 		digest += RowDigest(row);
@@ -516,7 +430,7 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 {
 	Relation	rel = table_open(p->slots[pos->rotation % EXACTONCE_SLOTS], AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+	AttrNumber	attnums[EV_MAX_NATTS];
 	AttrNumber	id_attnum = IdAttnum(rel);
 	ItemPointerData mintid,
 				maxtid;
@@ -541,7 +455,7 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 
 		CHECK_FOR_INTERRUPTS();
 		if (p->nshards > 1 &&
-			KeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
+			QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
 			continue;
 		missing = EventFromSlot(p, slot, attnums, ev);
 		if (missing)
@@ -614,7 +528,7 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 		{
 			bool		isnull;
 			Datum		t;
-			int			shard = KeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
+			int			shard = QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
 
 			/* taken by its shard already: the first count of its rows */
 			CHECK_FOR_INTERRUPTS();
@@ -635,14 +549,23 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 }
 
 /*
- * QueueTruncateSlot empties a drained partition, in this transaction.
+ * QueueRetire retires the partition of rotation, which every shard has
+ * drained, in this transaction: it truncates the partition, which returns its
+ * space at once, and forgets the ledger tokens of the batches taken from it
+ * that are applied.  No retry can stage those batches again: their events
+ * are gone with the partition.  Tokens still staged are forgotten by the
+ * retirement of a later rotation.
  */
 void
-QueueTruncateSlot(Pipeline *p, int slotno)
+QueueRetire(Pipeline *p, int64 rotation)
 {
+	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
+
+	Assert(p->progress_locked);
 	if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
 							 quote_identifier(psprintf("ingest_%d", slotno))),
 					false, 0) < 0)
 		elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
 			 slotno, p->name);
+	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
 }

@@ -6,67 +6,28 @@
  *
  * All staged batches (or the ones named) are locked, merged into one change
  * per cell and applied with one upsert; cells left without keys are deleted
- * in the same transaction.  Marking a token applied happens in that
- * transaction too, so a token is applied exactly once: a retry finds it
- * applied, or finds it staged because the first attempt rolled back.
- *
- * The ledger keeps an applied token for as long as something could stage the
- * same batch again, which is tied to consumption, not to time:
- *	 - batches from the queue are staged in the transaction that takes their
- *	   events from the queue, so no retry can produce them again; their tokens
- *	   are forgotten when their queue partition is truncated;
- *	 - batches staged by an external consumer are forgotten when it says its
- *	   source has moved past them, with exactonce.release().
+ * in the same transaction, which also marks the tokens applied (ledger.c),
+ * so a token's batch reaches the aggregates exactly once.  Reduce runs under
+ * the pipeline's progress row lock (progress.c), one batch set at a time.
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
-
-#include "miscadmin.h"
+#include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "cell.h"
+#include "fault.h"
+#include "ledger.h"
+#include "progress.h"
+#include "reduce.h"
+#include "statement.h"
+
 PG_FUNCTION_INFO_V1(exactonce_reduce_apply);
-PG_FUNCTION_INFO_V1(exactonce_release);
-
-/*
- * BuildLedgerPending: lock the staged batches, oldest first.
- */
-static const char *
-BuildLedgerPending(Pipeline *p)
-{
-	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
-					" WHERE applied_at IS NULL ORDER BY staged_at, token FOR UPDATE",
-					quote_identifier(p->name));
-}
-
-/*
- * BuildLedgerPendingTokens: lock the named staged batches.
- */
-static const char *
-BuildLedgerPendingTokens(Pipeline *p)
-{
-	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
-					" WHERE applied_at IS NULL AND token = ANY($1)"
-					" ORDER BY staged_at, token FOR UPDATE",
-					quote_identifier(p->name));
-}
-
-/*
- * BuildLedgerApplied: mark batches applied and drop their payload.
- */
-static const char *
-BuildLedgerApplied(Pipeline *p)
-{
-	return psprintf("UPDATE %s.ledger SET applied_at = now(), levels = NULL,"
-					" cells = NULL, totals = NULL, keys = NULL"
-					" WHERE token = ANY($1) AND applied_at IS NULL",
-					quote_identifier(p->name));
-}
 
 /*
  * BuildAggUpsert: add per-cell changes to aggregates.
@@ -105,14 +66,13 @@ BuildAggDelete(Pipeline *p)
 }
 
 /*
- * MergeStaged adds the staged batches in SPI_tuptable to the cell table and
- * returns their tokens.
+ * MergeStaged adds the staged batches of tt (LedgerLockStaged) to the cell
+ * table and returns their tokens.
  */
 static Datum *
-MergeStaged(Pipeline *p, HTAB *cells, int *ntokens)
+MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 {
-	uint64		n = SPI_processed;
-	SPITupleTable *tt = SPI_tuptable;
+	uint64		n = tt->numvals;
 	Datum	   *tokens = palloc(sizeof(Datum) * Max(n, 1));
 
 	for (uint64 r = 0; r < n; r++)
@@ -175,7 +135,7 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		types[1 + i] = TEXTARRAYOID;
 	types[p->ndims + 1] = NUMERICARRAYOID;
 	types[p->ndims + 2] = INT8ARRAYOID;
-	SpiExec(SpiPlan(p, PLAN_AGG_UPSERT, BuildAggUpsert, p->ndims + 3, types),
+	StatementExec(StatementPrepare(p, BuildAggUpsert, p->ndims + 3, types),
 			values, NULL, ncells);
 
 	empty = palloc(sizeof(ItemPointerData) * ncells);
@@ -215,7 +175,7 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		return;
 	delval[0] = PointerGetDatum(construct_array(emptyd, nempty, TIDOID,
 												sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-	SpiExec(SpiPlan(p, PLAN_AGG_DELETE, BuildAggDelete, 1, deltype), delval, NULL, nempty);
+	StatementExec(StatementPrepare(p, BuildAggDelete, 1, deltype), delval, NULL, nempty);
 }
 
 /*
@@ -227,24 +187,17 @@ int
 ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 {
 	HTAB	   *cells = CellTableCreate();
-	Oid			types[1] = {BYTEAARRAYOID};
-	Datum		values[1] = {tokens};
 	Datum	   *applied;
 	int			napplied;
 	SPITupleTable *pending;
 
-	if (have_tokens)
-		SpiExec(SpiPlan(p, PLAN_LEDGER_PENDING_TOKENS, BuildLedgerPendingTokens, 1, types),
-				values, NULL, -1);
-	else
-		SpiExec(SpiPlan(p, PLAN_LEDGER_PENDING, BuildLedgerPending, 0, NULL), NULL, NULL, -1);
-	pending = SPI_tuptable;
-	applied = MergeStaged(p, cells, &napplied);
+	Assert(p->progress_locked);
+	pending = LedgerLockStaged(p, tokens, have_tokens);
+	applied = MergeStaged(p, pending, cells, &napplied);
 	if (napplied > 0)
 	{
 		ApplyCells(p, cells);
-		values[0] = PointerGetDatum(construct_array(applied, napplied, BYTEAOID, -1, false, TYPALIGN_INT));
-		SpiExec(SpiPlan(p, PLAN_LEDGER_APPLIED, BuildLedgerApplied, 1, types), values, NULL, napplied);
+		LedgerMarkApplied(p, applied, napplied);
 	}
 	/* a flush reduces batch after batch in one SPI connection */
 	SPI_freetuptable(pending);
@@ -252,33 +205,8 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 	if (napplied == 0)
 		return 0;
 
-	FaultMaybeFail(FAULT_REDUCE, exactonce_fault_reduce);
+	FaultMaybeFail(FAULT_REDUCE);
 	return napplied;
-}
-
-/*
- * BuildLedgerGC: forget applied tokens of a source up to a position.
- */
-static const char *
-BuildLedgerGC(Pipeline *p)
-{
-	return psprintf("DELETE FROM %s.ledger WHERE applied_at IS NOT NULL"
-					" AND source = $1 AND (position <= $2 OR position IS NULL)",
-					quote_identifier(p->name));
-}
-
-/*
- * LedgerCollect forgets the applied tokens that source staged at or below
- * position, or without a position, and returns how many it forgot.
- */
-int64
-LedgerCollect(Pipeline *p, const char *source, int64 position)
-{
-	Oid			types[2] = {TEXTOID, INT8OID};
-	Datum		values[2] = {CStringGetTextDatum(source), Int64GetDatum(position)};
-
-	SpiExec(SpiPlan(p, PLAN_LEDGER_GC, BuildLedgerGC, 2, types), values, NULL, -1);
-	return (int64) SPI_processed;
 }
 
 /*
@@ -300,44 +228,13 @@ exactonce_reduce_apply(PG_FUNCTION_ARGS)
 				 errmsg("pipeline name must not be NULL")));
 	PipelineRequireReadCommitted("exactonce.reduce_apply()");
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
 	ProgressLock(p, &dummy, &dummy, &paused);
 	applied = ReduceApply(p, PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1), !PG_ARGISNULL(1));
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT32(applied);
-}
-
-/*
- * exactonce_release forgets the applied tokens an external consumer staged
- * from source at or below position: it promises not to stage them again.
- */
-Datum
-exactonce_release(PG_FUNCTION_ARGS)
-{
-	char	   *source = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	Pipeline   *p;
-	int64		forgotten,
-				dummy;
-	int			nestlevel;
-	bool		paused;
-
-	if (strcmp(source, EXACTONCE_SOURCE_QUEUE) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_RESERVED_NAME),
-				 errmsg("tokens of source \"%s\" are released by the pipeline itself", source),
-				 errhint("Release the tokens of the source your consumer staged under.")));
-	SPI_connect();
-	nestlevel = SpiPinSearchPath();
-	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	PipelineActAsOwner(p);
-	ProgressLock(p, &dummy, &dummy, &paused);
-	forgotten = LedgerCollect(p, source, PG_GETARG_INT64(2));
-	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
-	SPI_finish();
-	PG_RETURN_INT64(forgotten);
 }

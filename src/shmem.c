@@ -17,19 +17,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
-#include "access/xact.h"
-#include "commands/trigger.h"
-#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/latch.h"
-#include "storage/lwlock.h"
-#include "storage/proc.h"
 #include "storage/shmem.h"
 
-PG_FUNCTION_INFO_V1(exactonce_wake);
+#include "shmem.h"
 
 ExactonceShared *exactonce_shared = NULL;
 
@@ -91,78 +85,4 @@ ShmemInit(void)
 	shmem_request_hook = ShmemRequest;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = ShmemStartup;
-}
-
-/*
- * WakeWorkers sets the latch of every drain worker of this database.  It
- * counts the wake-up first: a worker that is waiting for a lock when its
- * latch is set loses the wake-up to the lock wait, and looks at the count
- * before it sleeps.
- */
-void
-WakeWorkers(void)
-{
-	if (exactonce_shared == NULL)
-		return;
-	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
-	for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
-	{
-		WorkerSlot *slot = &exactonce_shared->slots[i];
-
-		if (slot->latch != NULL && slot->dboid == MyDatabaseId)
-		{
-			pg_atomic_fetch_add_u64(&slot->wakes, 1);
-			SetLatch(slot->latch);
-		}
-	}
-	LWLockRelease(exactonce_shared->lock);
-}
-
-/* WakeWorkersAtCommit was called in this transaction */
-static bool wake_at_commit = false;
-
-/*
- * WakeAtCommit is the transaction callback of WakeWorkersAtCommit.  At
- * XACT_EVENT_COMMIT the transaction no longer counts as running, so the rows
- * it locked are free to the workers it wakes.
- */
-static void
-WakeAtCommit(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_COMMIT && wake_at_commit)
-		WakeWorkers();
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PREPARE)
-		wake_at_commit = false;
-}
-
-/*
- * WakeWorkersAtCommit wakes the workers of this database once the current
- * transaction commits: for changes they must see, made under locks they
- * would otherwise find taken.
- */
-void
-WakeWorkersAtCommit(void)
-{
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(WakeAtCommit, NULL);
-		registered = true;
-	}
-	wake_at_commit = true;
-}
-
-/*
- * exactonce_wake is the statement trigger on each ingest queue: it wakes the
- * workers, which then wait for the inserting transaction to commit.
- */
-Datum
-exactonce_wake(PG_FUNCTION_ARGS)
-{
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "exactonce_wake must be called as a trigger");
-	WakeWorkers();
-	return PointerGetDatum(NULL);
 }

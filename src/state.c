@@ -8,7 +8,7 @@
  * probe per key reads it, and the new row is written straight to the heap
  * through the table AM, as an update of the probed tuple (HOT when the page
  * has room, so the primary key is not touched) or an insert.  The caller
- * holds the lock of the shard row of every key in the batch (KeyShard in
+ * holds the lock of the shard row of every key in the batch (QueueKeyShard in
  * queue.c), so no other writer can move a row between probe and update;
  * privileges are checked once per batch, since the executor, which would
  * check them, is not involved.  Nothing is written for events that change
@@ -28,7 +28,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/nbtree.h"
@@ -51,6 +51,13 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
+
+#include "event.h"
+#include "fault.h"
+#include "progress.h"
+#include "queue.h"
+#include "state.h"
+#include "statement.h"
 
 PG_FUNCTION_INFO_V1(exactonce_state_upsert);
 
@@ -736,6 +743,8 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 		FaultPoison(events[i].key);
 		if (Validate(&w, &events[i]))
 			sorted[nvalid++] = &events[i];
+		/* the caller holds the shard row of every key it writes */
+		Assert(p->shards_locked & (UINT64CONST(1) << QueueKeyShard(p, events[i].key)));
 	}
 	qsort(sorted, nvalid, sizeof(Event *), EventCmp);
 
@@ -760,93 +769,11 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	CloseProbes(&w);
 	UnregisterSnapshot(snap);
 	CommandCounterIncrement();
-	DeadLettersInsert(p, w.dead, w.ndead);
+	EventDeadLetters(p, w.dead, w.ndead);
 
-	FaultMaybeFail(FAULT_STATE, exactonce_fault_state);
+	FaultMaybeFail(FAULT_STATE);
 	*ndeltas = w.ndeltas;
 	return w.deltas;
-}
-
-/*
- * EventsFromArray turns an array of records with the ingest columns into
- * events: key, version, value and the dimensions are required, deleted and
- * event_time optional, other columns ignored.  A record that lacks a
- * required value is an error.
- */
-Event *
-EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
-{
-	Oid			elemtype = ARR_ELEMTYPE(arr);
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-	Event	   *events;
-	TupleDesc	desc = NULL;
-	TupleTableSlot *slot = NULL;
-	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
-
-	if (!type_is_rowtype(elemtype))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("events must be an array of records"),
-				 errhint("Pass records whose columns are named and typed like those of %s.ingest, for example (SELECT array_agg(e) FROM my_events e).",
-						 quote_identifier(p->name))));
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("events must be a one-dimensional array")));
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, &elems, &nulls, &n);
-	events = palloc0(sizeof(Event) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-	{
-		HeapTupleHeader rec;
-		HeapTupleData tuple;
-		const char *missing;
-
-		CHECK_FOR_INTERRUPTS();
-		if (nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("event %d is NULL", i + 1)));
-		rec = DatumGetHeapTupleHeader(elems[i]);
-
-		/*
-		 * The elements of an array of anonymous records may each have a row
-		 * type of their own: read each with its own descriptor.
-		 */
-		if (desc == NULL || HeapTupleHeaderGetTypeId(rec) != desc->tdtypeid ||
-			HeapTupleHeaderGetTypMod(rec) != desc->tdtypmod)
-		{
-			if (slot)
-				ExecDropSingleTupleTableSlot(slot);
-			desc = lookup_rowtype_tupdesc_copy(HeapTupleHeaderGetTypeId(rec),
-											   HeapTupleHeaderGetTypMod(rec));
-			slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
-			EventAttnums(p, desc, attnums);
-		}
-		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
-		ItemPointerSetInvalid(&tuple.t_self);
-		tuple.t_tableOid = InvalidOid;
-		tuple.t_data = rec;
-		ExecStoreHeapTuple(&tuple, slot, false);
-		missing = EventFromSlot(p, slot, attnums, &events[i]);
-		if (missing)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("event %d has no %s", i + 1, missing),
-					 errhint("Every event needs key, version, value and each dimension of pipeline \"%s\".",
-							 p->name)));
-		events[i].ord = i;
-	}
-	if (slot)
-		ExecDropSingleTupleTableSlot(slot);
-	*nevents = n;
-	return events;
 }
 
 /*
@@ -879,12 +806,12 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 	PipelineRequireReadCommitted("exactonce.state_upsert()");
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
 	events = EventsFromArray(p, arr, &nevents);
 
-	PipelineLockAll(p, &dummy, &dummy, &paused);
+	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	deltas = StateApply(p, events, nevents, &ndeltas, &counts);
 	ProgressRecord(p, &counts, 1, -1);
 
@@ -896,14 +823,14 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 		values[0] = PointerGetDatum(deltas[i].key);
 		values[1] = Int64GetDatum(deltas[i].version);
-		values[2] = TextArray(deltas[i].cell, NULL, p->ndims);
+		values[2] = StatementTextArray(deltas[i].cell, NULL, p->ndims);
 		values[3] = NumericGetDatum(deltas[i].total);
 		values[4] = Int64GetDatum(deltas[i].keys);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
 	PipelineActAsCaller(p);
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -15,7 +15,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
@@ -28,6 +28,13 @@
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+
+#include "pipeline.h"
+#include "progress.h"
+#include "queue.h"
+#include "shmem.h"
+#include "statement.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(exactonce_pipeline_stats);
 
@@ -174,7 +181,7 @@ ReadProgress(void *arg)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	ShardsRead(p, false, shards);
+	ProgressShardsRead(p, false, shards);
 	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
 					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
 					   shards, &oldest);
@@ -252,7 +259,7 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 	if (SPI_execute("SELECT name, mode, dimensions, owner, id, shards FROM exactonce.pipeline ORDER BY name",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
@@ -291,7 +298,7 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -40,10 +40,11 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "exactonce.h"
+#include "postgres.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -60,8 +61,21 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
+#include "drain.h"
+#include "pipeline.h"
+#include "shmem.h"
+#include "statement.h"
+#include "worker.h"
+
+PG_FUNCTION_INFO_V1(exactonce_wake);
+
 PGDLLEXPORT void exactonce_launcher_main(Datum arg);
 PGDLLEXPORT void exactonce_drain_main(Datum arg);
+
+/* settings: exactonce.database and exactonce.workers only when preloaded */
+static char *exactonce_database = NULL;
+static int	exactonce_workers = 2;
+static int	exactonce_naptime = 1000;
 
 static WorkerSlot *my_slot = NULL;
 
@@ -98,12 +112,74 @@ typedef struct StepContext
 } StepContext;
 
 /*
- * WorkerInit registers the launcher; only when preloaded.
+ * CheckDatabaseList is the check_hook of exactonce.database: a list of
+ * database names, each at most once.  Whether they exist is the workers'
+ * concern: a missing database makes its workers fail and retry with backoff.
+ */
+static bool
+CheckDatabaseList(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	if (!SplitIdentifierString(copy, ',', &names))
+	{
+		GUC_check_errdetail("List syntax is invalid.");
+		return false;
+	}
+	foreach(lc, names)
+	{
+		for (ListCell *other = list_head(names); other != lc; other = lnext(names, other))
+			if (strcmp(lfirst(other), lfirst(lc)) == 0)
+			{
+				GUC_check_errdetail("Database \"%s\" is listed twice.", (char *) lfirst(lc));
+				return false;
+			}
+	}
+	list_free(names);
+	pfree(copy);
+	return true;
+}
+
+/*
+ * WorkerInit registers the workers' settings and, when preloaded, the
+ * launcher.  The settings only the postmaster can take exist only while
+ * preloading: defining a PGC_POSTMASTER setting later is an error, which
+ * would fail the session that loads the library.
  */
 void
 WorkerInit(void)
 {
 	BackgroundWorker bgw = {0};
+
+	DefineCustomIntVariable("exactonce.naptime",
+							"Longest time an idle worker sleeps before looking at its queues again.",
+							"Inserts wake the workers at once; this is only a safety net.",
+							&exactonce_naptime,
+							1000, 10, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomStringVariable("exactonce.database",
+							   "Databases whose pipelines the background workers drain, comma separated.",
+							   NULL,
+							   &exactonce_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   GUC_LIST_INPUT,
+							   CheckDatabaseList, NULL, NULL);
+	DefineCustomIntVariable("exactonce.workers",
+							"Number of drain workers per database.",
+							"The shards of a pipeline are spread over them, so a pipeline with two shards uses two workers.",
+							&exactonce_workers,
+							2, 0, 64,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
 
 	snprintf(bgw.bgw_name, BGW_MAXLEN, "exactonce launcher");
 	snprintf(bgw.bgw_type, BGW_MAXLEN, "exactonce launcher");
@@ -113,6 +189,80 @@ WorkerInit(void)
 	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "exactonce");
 	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "exactonce_launcher_main");
 	RegisterBackgroundWorker(&bgw);
+}
+
+/*
+ * WorkerWake sets the latch of every drain worker of this database.  It
+ * counts the wake-up first: a worker that is waiting for a lock when its
+ * latch is set loses the wake-up to the lock wait, and looks at the count
+ * before it sleeps.
+ */
+void
+WorkerWake(void)
+{
+	if (exactonce_shared == NULL)
+		return;
+	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
+	for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
+	{
+		WorkerSlot *slot = &exactonce_shared->slots[i];
+
+		if (slot->latch != NULL && slot->dboid == MyDatabaseId)
+		{
+			pg_atomic_fetch_add_u64(&slot->wakes, 1);
+			SetLatch(slot->latch);
+		}
+	}
+	LWLockRelease(exactonce_shared->lock);
+}
+
+/* WorkerWakeAtCommit was called in this transaction */
+static bool wake_at_commit = false;
+
+/*
+ * WakeAtCommit is the transaction callback of WorkerWakeAtCommit.  At
+ * XACT_EVENT_COMMIT the transaction no longer counts as running, so the rows
+ * it locked are free to the workers it wakes.
+ */
+static void
+WakeAtCommit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && wake_at_commit)
+		WorkerWake();
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		wake_at_commit = false;
+}
+
+/*
+ * WorkerWakeAtCommit wakes the workers of this database once the current
+ * transaction commits: for changes they must see, made under locks they
+ * would otherwise find taken.
+ */
+void
+WorkerWakeAtCommit(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(WakeAtCommit, NULL);
+		registered = true;
+	}
+	wake_at_commit = true;
+}
+
+/*
+ * exactonce_wake is the statement trigger on each ingest queue: it wakes the
+ * workers, which then wait for the inserting transaction to commit.
+ */
+Datum
+exactonce_wake(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "exactonce_wake must be called as a trigger");
+	WorkerWake();
+	return PointerGetDatum(NULL);
 }
 
 /*
@@ -403,7 +553,7 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
-	nestlevel = SpiPinSearchPath();
+	nestlevel = StatementPinSearchPath();
 
 	/* the extension or the pipeline may have gone since the round began */
 	if (OidIsValid(get_extension_oid("exactonce", true)))
@@ -416,7 +566,7 @@ StepPipeline(DrainUnit *u, SealState **seal)
 		r = DrainStep(p, u->shard, seal);
 		PipelineActAsCaller(p);
 	}
-	SpiUnpinSearchPath(nestlevel);
+	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -429,7 +579,7 @@ StepPipeline(DrainUnit *u, SealState **seal)
 
 	/* the workers of the other shards have a partition to drain now */
 	if (r.rotated)
-		WakeWorkers();
+		WorkerWake();
 	return r;
 }
 

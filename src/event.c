@@ -1,0 +1,314 @@
+/*-------------------------------------------------------------------------
+ *
+ * event.c
+ *		Events in and out: read from a queue row or from a caller's array of
+ *		records, passed to a statement as one array per column, and kept in
+ *		dead_letters with a reason when the pipeline cannot apply them.
+ *
+ * An event's columns are those of the pipeline's queue: key, version,
+ * value, one text column per dimension, deleted and event_time.  Readers
+ * map them by name (EventAttnums), so a caller's record may order them as it
+ * likes and carry other columns; a column of the wrong type is an error
+ * rather than a cast, so no cast the caller defines ever runs.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/typcache.h"
+
+#include "event.h"
+#include "statement.h"
+
+/* the event columns before the dimensions, in EV_* order, and their types */
+static const char *const event_columns[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};
+static const Oid event_types[EV_DIM0] = {TEXTOID, INT8OID, NUMERICOID, BOOLOID, TIMESTAMPTZOID};
+
+/*
+ * EventAttnums maps the event columns to attribute numbers of desc, 0 for a
+ * column the descriptor lacks, and insists that present ones have the types
+ * of the ingest table.
+ */
+void
+EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
+{
+	for (int i = 0; i < EV_NATTS(p); i++)
+	{
+		const char *name = i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
+		Oid			type = i < EV_DIM0 ? event_types[i] : TEXTOID;
+
+		attnums[i] = 0;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
+				continue;
+			if (att->atttypid != type)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATATYPE_MISMATCH),
+						 errmsg("event column \"%s\" has type %s, expected %s",
+								name, format_type_be(att->atttypid), format_type_be(type)),
+						 errhint("Cast it, for example %s::%s.", name, format_type_be(type))));
+			attnums[i] = att->attnum;
+			break;
+		}
+	}
+}
+
+/*
+ * EventFromSlot copies one event out of a tuple slot into the current memory
+ * context.  It returns NULL, or the name of a required column that is NULL
+ * or missing.  A missing deleted is false, a missing event_time is now.
+ */
+const char *
+EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
+{
+	Datum		d;
+	bool		isnull;
+
+	for (int i = 0; i < EV_NATTS(p); i++)
+	{
+		if (attnums[i] == 0)
+		{
+			if (i == EV_DELETED || i == EV_TIME)
+				continue;
+			return i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
+		}
+		d = slot_getattr(slot, attnums[i], &isnull);
+		if (isnull)
+			return i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
+		switch (i)
+		{
+			case EV_KEY:
+				ev->key = DatumGetTextPCopy(d);
+				break;
+			case EV_VERSION:
+				ev->version = DatumGetInt64(d);
+				break;
+			case EV_VALUE:
+				ev->value = DatumGetNumericCopy(d);
+				break;
+			case EV_DELETED:
+				ev->deleted = DatumGetBool(d);
+				break;
+			case EV_TIME:
+				ev->event_time = DatumGetTimestampTz(d);
+				break;
+			default:
+				ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
+				break;
+		}
+	}
+	if (attnums[EV_DELETED] == 0)
+		ev->deleted = false;
+	if (attnums[EV_TIME] == 0)
+		ev->event_time = GetCurrentTimestamp();
+	return NULL;
+}
+
+/*
+ * EventsFromArray turns an array of records with the ingest columns into
+ * events: key, version, value and the dimensions are required, deleted and
+ * event_time optional, other columns ignored.  A record that lacks a
+ * required value is an error.
+ */
+Event *
+EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
+{
+	Oid			elemtype = ARR_ELEMTYPE(arr);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	Event	   *events;
+	TupleDesc	desc = NULL;
+	TupleTableSlot *slot = NULL;
+	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+
+	if (!type_is_rowtype(elemtype))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("events must be an array of records"),
+				 errhint("Pass records whose columns are named and typed like those of %s.ingest, for example (SELECT array_agg(e) FROM my_events e).",
+						 quote_identifier(p->name))));
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("events must be a one-dimensional array")));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, &elems, &nulls, &n);
+	events = palloc0(sizeof(Event) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		HeapTupleHeader rec;
+		HeapTupleData tuple;
+		const char *missing;
+
+		CHECK_FOR_INTERRUPTS();
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event %d is NULL", i + 1)));
+		rec = DatumGetHeapTupleHeader(elems[i]);
+
+		/*
+		 * The elements of an array of anonymous records may each have a row
+		 * type of their own: read each with its own descriptor.
+		 */
+		if (desc == NULL || HeapTupleHeaderGetTypeId(rec) != desc->tdtypeid ||
+			HeapTupleHeaderGetTypMod(rec) != desc->tdtypmod)
+		{
+			if (slot)
+				ExecDropSingleTupleTableSlot(slot);
+			desc = lookup_rowtype_tupdesc_copy(HeapTupleHeaderGetTypeId(rec),
+											   HeapTupleHeaderGetTypMod(rec));
+			slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+			EventAttnums(p, desc, attnums);
+		}
+		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = rec;
+		ExecStoreHeapTuple(&tuple, slot, false);
+		missing = EventFromSlot(p, slot, attnums, &events[i]);
+		if (missing)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event %d has no %s", i + 1, missing),
+					 errhint("Every event needs key, version, value and each dimension of pipeline \"%s\".",
+							 p->name)));
+		events[i].ord = i;
+	}
+	if (slot)
+		ExecDropSingleTupleTableSlot(slot);
+	*nevents = n;
+	return events;
+}
+
+/*
+ * EventAppendColumns appends the event columns of p, comma separated: key,
+ * version, value, the dimensions, deleted, event_time.
+ */
+void
+EventAppendColumns(StringInfo sql, Pipeline *p)
+{
+	appendStringInfoString(sql, "key, version, value");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, ", %s", quote_identifier(p->dims[i]));
+	appendStringInfoString(sql, ", deleted, event_time");
+}
+
+/*
+ * EventAppendUnnest appends unnest() over the parameters EventArrays fills,
+ * numbered from 1, and over "extra" more text[] parameters after them.
+ */
+void
+EventAppendUnnest(StringInfo sql, Pipeline *p, int extra)
+{
+	int			arg = 4;
+
+	appendStringInfoString(sql, "unnest($1::text[], $2::int8[], $3::numeric[]");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, ", $%d::text[]", arg++);
+	appendStringInfo(sql, ", $%d::bool[], $%d::timestamptz[]", arg, arg + 1);
+	for (int i = 0; i < extra; i++)
+		appendStringInfo(sql, ", $%d::text[]", arg + 2 + i);
+	appendStringInfoChar(sql, ')');
+}
+
+/*
+ * EventArrays fills values and types with one array parameter per event
+ * column (EV_NATTS(p) of them), in the order of EventAppendColumns.
+ */
+void
+EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
+{
+	Datum	   *col = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *flags = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *times = palloc(sizeof(Datum) * Max(n, 1));
+	int64	   *versions = palloc(sizeof(int64) * Max(n, 1));
+	Numeric    *nums = palloc(sizeof(Numeric) * Max(n, 1));
+
+	for (int j = 0; j < n; j++)
+	{
+		col[j] = PointerGetDatum(events[j]->key);
+		versions[j] = events[j]->version;
+		nums[j] = events[j]->value;
+		flags[j] = BoolGetDatum(events[j]->deleted);
+		times[j] = TimestampTzGetDatum(events[j]->event_time);
+	}
+	values[0] = StatementTextArray(col, NULL, n);
+	values[1] = StatementInt8Array(versions, n);
+	values[2] = StatementNumericArray(nums, n);
+	types[0] = TEXTARRAYOID;
+	types[1] = INT8ARRAYOID;
+	types[2] = NUMERICARRAYOID;
+	for (int i = 0; i < p->ndims; i++)
+	{
+		Datum	   *dimcol = palloc(sizeof(Datum) * Max(n, 1));
+
+		for (int j = 0; j < n; j++)
+			dimcol[j] = events[j]->dims[i];
+		values[3 + i] = StatementTextArray(dimcol, NULL, n);
+		types[3 + i] = TEXTARRAYOID;
+	}
+	values[3 + p->ndims] = PointerGetDatum(construct_array(flags, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	types[3 + p->ndims] = BOOLARRAYOID;
+	values[4 + p->ndims] = PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
+														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	types[4 + p->ndims] = TIMESTAMPTZARRAYOID;
+}
+
+/*
+ * BuildDeadLetter: insert a batch of dead letters from parallel arrays.
+ */
+static const char *
+BuildDeadLetter(Pipeline *p)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.dead_letters (", quote_identifier(p->name));
+	EventAppendColumns(&sql, p);
+	appendStringInfoString(&sql, ", reason) SELECT * FROM ");
+	EventAppendUnnest(&sql, p, 1);
+	return sql.data;
+}
+
+/*
+ * EventDeadLetters stores events that could not be applied, with reasons.
+ */
+void
+EventDeadLetters(Pipeline *p, DeadLetter *dl, int n)
+{
+	Datum		values[EV_MAX_NATTS + 1];
+	Oid			types[EV_MAX_NATTS + 1];
+	Event	  **events;
+	Datum	   *reasons;
+
+	if (n == 0)
+		return;
+	events = palloc(sizeof(Event *) * n);
+	reasons = palloc(sizeof(Datum) * n);
+	for (int j = 0; j < n; j++)
+	{
+		events[j] = dl[j].event;
+		reasons[j] = CStringGetTextDatum(dl[j].reason);
+	}
+	EventArrays(p, events, n, values, types);
+	values[EV_NATTS(p)] = StatementTextArray(reasons, NULL, n);
+	types[EV_NATTS(p)] = TEXTARRAYOID;
+	StatementExec(StatementPrepare(p, BuildDeadLetter, EV_NATTS(p) + 1, types),
+			values, NULL, n);
+}

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * event.h
+ *		Events and what the stages make of them: deltas, counts, dead
+ *		letters; events read from rows and arrays, and passed to statements.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_EVENT_H
+#define EXACTONCE_EVENT_H
+
+#include "executor/tuptable.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/timestamp.h"
+
+#include "pipeline.h"
+
+/* One event, from the queue or from a caller's array. */
+typedef struct Event
+{
+	text	   *key;
+	int64		version;
+	Numeric		value;
+	bool		deleted;
+	TimestampTz event_time;
+	int			ord;			/* arrival order within the batch */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS];	/* text */
+} Event;
+
+/* The effect of one state transition on one leaf cell. */
+typedef struct Delta
+{
+	text	   *key;
+	int64		version;
+	Numeric		total;
+	int64		keys;
+	Datum		cell[EXACTONCE_MAX_DIMENSIONS];	/* text */
+} Delta;
+
+/* What the state stage did with a batch. */
+typedef struct StageCounts
+{
+	int64		ingested;
+	int64		applied;
+	int64		duplicates;
+	int64		stale;
+	int64		dead_lettered;
+} StageCounts;
+
+/* An event the pipeline could not apply, and why. */
+typedef struct DeadLetter
+{
+	Event	   *event;
+	char	   *reason;
+} DeadLetter;
+
+/* positions of the event columns in an attnum map (EventAttnums) */
+#define EV_KEY		0
+#define EV_VERSION	1
+#define EV_VALUE	2
+#define EV_DELETED	3
+#define EV_TIME		4
+#define EV_DIM0		5
+#define EV_NATTS(p)	(EV_DIM0 + (p)->ndims)
+#define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS)
+
+extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
+extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,
+								 AttrNumber *attnums, Event *ev);
+extern Event *EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents);
+extern void EventAppendColumns(StringInfo sql, Pipeline *p);
+extern void EventAppendUnnest(StringInfo sql, Pipeline *p, int extra);
+extern void EventArrays(Pipeline *p, Event **events, int n, Datum *values,
+						Oid *types);
+extern void EventDeadLetters(Pipeline *p, DeadLetter *dl, int n);
+
+#endif							/* EXACTONCE_EVENT_H */

@@ -1,0 +1,205 @@
+/*-------------------------------------------------------------------------
+ *
+ * ledger.c
+ *		The token ledger of a pipeline: batches staged under their token,
+ *		marked applied by reduce, and forgotten once no retry can stage them
+ *		again.
+ *
+ * Staging is INSERT ... ON CONFLICT DO NOTHING on the token, so a batch
+ * staged twice is stored once, and a batch already applied (its row kept,
+ * without its payload) is not staged again.  Reduce locks the staged rows,
+ * applies them and marks them applied in one transaction, so a token is
+ * applied exactly once: a retry finds it applied, or finds it staged because
+ * the first attempt rolled back.
+ *
+ * The ledger keeps an applied token for as long as something could stage the
+ * same batch again, which is tied to consumption, not to time:
+ *	 - batches from the queue are staged in the transaction that takes their
+ *	   events from the queue, so no retry can produce them again; their tokens
+ *	   are forgotten when their queue partition is truncated (QueueRetire);
+ *	 - batches staged by an external consumer are forgotten when it says its
+ *	   source has moved past them, with exactonce.release().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "ledger.h"
+#include "progress.h"
+#include "statement.h"
+
+PG_FUNCTION_INFO_V1(exactonce_release);
+
+/*
+ * BuildLedgerStage: stage one batch unless its token is already known.
+ */
+static const char *
+BuildLedgerStage(Pipeline *p)
+{
+	return psprintf("INSERT INTO %s.ledger (token, source, position, staged_at,"
+					" deltas, levels, cells, totals, keys)"
+					" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8)"
+					" ON CONFLICT (token) DO NOTHING",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildLedgerPending: lock the staged batches, oldest first.
+ */
+static const char *
+BuildLedgerPending(Pipeline *p)
+{
+	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
+					" WHERE applied_at IS NULL ORDER BY staged_at, token FOR UPDATE",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildLedgerPendingTokens: lock the named staged batches.
+ */
+static const char *
+BuildLedgerPendingTokens(Pipeline *p)
+{
+	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
+					" WHERE applied_at IS NULL AND token = ANY($1)"
+					" ORDER BY staged_at, token FOR UPDATE",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildLedgerApplied: mark batches applied and drop their payload.
+ */
+static const char *
+BuildLedgerApplied(Pipeline *p)
+{
+	return psprintf("UPDATE %s.ledger SET applied_at = now(), levels = NULL,"
+					" cells = NULL, totals = NULL, keys = NULL"
+					" WHERE token = ANY($1) AND applied_at IS NULL",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildLedgerGC: forget applied tokens of a source up to a position.
+ */
+static const char *
+BuildLedgerGC(Pipeline *p)
+{
+	return psprintf("DELETE FROM %s.ledger WHERE applied_at IS NOT NULL"
+					" AND source = $1 AND (position <= $2 OR position IS NULL)",
+					quote_identifier(p->name));
+}
+
+/*
+ * LedgerStage stages one batch of ndeltas deltas under its token, unless the
+ * token is known already: its cells as parallel arrays (levels, a 2-D text[]
+ * of cells, totals, key counts), the source and position it came from
+ * (position < 0: none).
+ */
+void
+LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
+			int ndeltas, Datum levels, Datum cells, Datum totals, Datum keys)
+{
+	Oid			types[8] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
+	TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
+	Datum		values[8];
+	char		nulls[9] = "        ";
+	bytea	   *tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
+
+	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
+	memcpy(VARDATA(tok), token, EXACTONCE_TOKEN_LEN);
+	values[0] = PointerGetDatum(tok);
+	values[1] = CStringGetTextDatum(source);
+	values[2] = Int64GetDatum(position);
+	if (position < 0)
+		nulls[2] = 'n';
+	values[3] = Int32GetDatum(ndeltas);
+	values[4] = levels;
+	values[5] = cells;
+	values[6] = totals;
+	values[7] = keys;
+	StatementExec(StatementPrepare(p, BuildLedgerStage, 8, types), values, nulls, -1);
+}
+
+/*
+ * LedgerLockStaged locks the staged batches, all of them or those among
+ * tokens (a bytea[]) when have_tokens, oldest first, and returns them: token,
+ * levels, cells, totals, keys.  The caller frees the table.
+ */
+SPITupleTable *
+LedgerLockStaged(Pipeline *p, Datum tokens, bool have_tokens)
+{
+	Oid			types[1] = {BYTEAARRAYOID};
+	Datum		values[1] = {tokens};
+
+	Assert(p->progress_locked);
+	if (have_tokens)
+		StatementExec(StatementPrepare(p, BuildLedgerPendingTokens, 1, types),
+					  values, NULL, -1);
+	else
+		StatementExec(StatementPrepare(p, BuildLedgerPending, 0, NULL), NULL, NULL, -1);
+	return SPI_tuptable;
+}
+
+/*
+ * LedgerMarkApplied marks n staged batches applied and drops their payload;
+ * the caller locked them with LedgerLockStaged.
+ */
+void
+LedgerMarkApplied(Pipeline *p, Datum *tokens, int n)
+{
+	Oid			types[1] = {BYTEAARRAYOID};
+	Datum		values[1];
+
+	Assert(p->progress_locked && n > 0);
+	values[0] = PointerGetDatum(construct_array(tokens, n, BYTEAOID, -1, false, TYPALIGN_INT));
+	StatementExec(StatementPrepare(p, BuildLedgerApplied, 1, types), values, NULL, n);
+}
+
+/*
+ * LedgerCollect forgets the applied tokens that source staged at or below
+ * position, or without a position, and returns how many it forgot.
+ */
+int64
+LedgerCollect(Pipeline *p, const char *source, int64 position)
+{
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2] = {CStringGetTextDatum(source), Int64GetDatum(position)};
+
+	StatementExec(StatementPrepare(p, BuildLedgerGC, 2, types), values, NULL, -1);
+	return (int64) SPI_processed;
+}
+
+/*
+ * exactonce_release forgets the applied tokens an external consumer staged
+ * from source at or below position: it promises not to stage them again.
+ */
+Datum
+exactonce_release(PG_FUNCTION_ARGS)
+{
+	char	   *source = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	Pipeline   *p;
+	int64		forgotten,
+				dummy;
+	int			nestlevel;
+	bool		paused;
+
+	if (strcmp(source, EXACTONCE_SOURCE_QUEUE) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_RESERVED_NAME),
+				 errmsg("tokens of source \"%s\" are released by the pipeline itself", source),
+				 errhint("Release the tokens of the source your consumer staged under.")));
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
+	ProgressLock(p, &dummy, &dummy, &paused);
+	forgotten = LedgerCollect(p, source, PG_GETARG_INT64(2));
+	PipelineActAsCaller(p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_INT64(forgotten);
+}

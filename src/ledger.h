@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * ledger.h
+ *		The token ledger: staged batches, applied tokens, and forgetting
+ *		them once no retry can stage them again.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_LEDGER_H
+#define EXACTONCE_LEDGER_H
+
+#include "executor/spi.h"
+
+#include "pipeline.h"
+
+extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
+						int64 position, int ndeltas, Datum levels, Datum cells,
+						Datum totals, Datum keys);
+extern SPITupleTable *LedgerLockStaged(Pipeline *p, Datum tokens,
+									   bool have_tokens);
+extern void LedgerMarkApplied(Pipeline *p, Datum *tokens, int n);
+extern int64 LedgerCollect(Pipeline *p, const char *source, int64 position);
+
+#endif							/* EXACTONCE_LEDGER_H */

@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ *
+ * pipeline.h
+ *		A pipeline as the stages see it, and acting on it as its owner.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_PIPELINE_H
+#define EXACTONCE_PIPELINE_H
+
+#include "nodes/pg_list.h"
+
+#include "exactonce.h"
+
+typedef enum PipelineMode
+{
+	PIPELINE_LATEST,
+	PIPELINE_ACCUMULATE
+} PipelineMode;
+
+/*
+ * A pipeline as the stages need it: catalog row plus relation OIDs.  It is
+ * loaded for one transaction; the lock fields record what this transaction
+ * holds, for the assertions of the functions that rely on it.
+ */
+typedef struct Pipeline
+{
+	int32		id;
+	char	   *name;			/* also the schema name */
+	PipelineMode mode;
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	Oid			owner;
+	Oid			nspid;
+	Oid			ingest;			/* partitioned parent */
+	Oid			slots[EXACTONCE_SLOTS];
+	Oid			state;
+	Oid			state_pkey;
+	Oid			seen;			/* accumulate mode only */
+	Oid			seen_pkey;
+	Oid			progress;
+	Oid			shard;			/* drain position of each shard */
+	int			nshards;
+	Oid			caller;			/* while acting as owner: who called, */
+	int			caller_sec;		/* and in what security context */
+	bool		acting_as_owner;
+	bool		progress_locked;	/* this transaction holds the progress row */
+	uint64		shards_locked;	/* ... and these shard rows (bit per shard) */
+} Pipeline;
+
+extern Pipeline *PipelineLoad(const char *name, bool for_owner);
+extern Pipeline *PipelineLoadById(int32 id);
+extern void PipelineActAsOwner(Pipeline *p);
+extern void PipelineActAsCaller(Pipeline *p);
+extern List *PipelineListIds(List **shards);
+extern int	PipelineShards(int32 id);
+extern void PipelineRequireReadCommitted(const char *what);
+extern Oid	PipelineRelationOwner(Oid relid);
+
+#endif							/* EXACTONCE_PIPELINE_H */

@@ -1,0 +1,393 @@
+/*-------------------------------------------------------------------------
+ *
+ * progress.c
+ *		A pipeline's progress row and shard rows, and the order in which
+ *		they are locked.
+ *
+ * Table progress has one row: the counters, the rotation taking inserts,
+ * the oldest rotation not truncated yet, and whether the pipeline is paused.
+ * Table shard has a row per key shard (QueueKeyShard): its position in the
+ * queue (QueuePosition) and the events it took.  Both move in the
+ * transaction that applies a batch, so after a crash a batch is wholly done
+ * or not at all.
+ *
+ * The locks are the pipeline's concurrency control:
+ *	 - the state stage holds the shard rows of the keys it writes: a worker
+ *	   holds its shard's row from the moment it reads the queue to commit,
+ *	   so it is the only writer of those keys in state, and shards run state
+ *	   and map in parallel;
+ *	 - the progress row serializes reduce, the counters and the queue's
+ *	   rotation; workers take it last and hold it only from reduce to commit.
+ * Lock order: shard rows first, in shard order, then the progress row.
+ * Workers, flush(), pause(), set_shards() and callers of the stages all
+ * follow it (ProgressLockAll takes every row), so they never deadlock.
+ * Workers never wait for a row another session holds: they skip a locked
+ * shard row and give up the progress row after about a second.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+
+#include "progress.h"
+#include "statement.h"
+
+/* the columns of a shard's position, in the order PositionFromRow reads */
+#define SHARD_POSITION_COLUMNS \
+	"drain_rotation, drain_position, drain_row, drain_count, drain_digest"
+
+/*
+ * BuildProgressLock: lock the progress row, which serializes reduce, the
+ * counters and the queue's rotation.
+ */
+static const char *
+BuildProgressLock(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildProgressRead: read the progress row without locking it.
+ */
+static const char *
+BuildProgressRead(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressFromRow reads the progress row a query returned.
+ */
+static void
+ProgressFromRow(int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	HeapTuple	tup = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+
+	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	*paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+}
+
+/*
+ * ProgressFetch runs a progress query and reads its row.
+ */
+static void
+ProgressFetch(SPIPlanPtr plan, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	StatementExec(plan, NULL, NULL, 1);
+	ProgressFromRow(rotation, drain_rotation, paused);
+}
+
+/*
+ * ProgressLock locks the pipeline's progress row until the end of the
+ * transaction and reads it: the rotation taking inserts, the oldest
+ * rotation whose partition is not truncated yet, and whether it is paused.
+ */
+void
+ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	p->progress_locked = true;
+	ProgressFetch(StatementPrepare(p, BuildProgressLock, 0, NULL),
+				  rotation, drain_rotation, paused);
+}
+
+/*
+ * BuildProgressTryLock: lock the progress row unless someone else holds it.
+ */
+static const char *
+BuildProgressTryLock(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE SKIP LOCKED",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressHolder describes the transaction that holds the progress row: a
+ * process, a prepared transaction, or one that cannot be told.
+ */
+static char *
+ProgressHolder(Pipeline *p)
+{
+	TransactionId xid;
+	int			pid;
+	bool		isnull;
+	Datum		arg[1];
+	Oid			argtype[1] = {XIDOID};
+
+	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return pstrdup("another transaction");
+	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	pid = BackendXidGetPid(xid);
+	if (pid != 0)
+		return psprintf("process %d", pid);
+	arg[0] = TransactionIdGetDatum(xid);
+	if (SPI_execute_with_args("SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction OPERATOR(pg_catalog.=) $1",
+							  1, argtype, arg, NULL, true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		return psprintf("prepared transaction \"%s\"",
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	return pstrdup("another transaction");
+}
+
+/*
+ * ProgressTryLock is ProgressLock for the workers.  The shards of a
+ * pipeline hold its progress row from reduce to commit, which is short; a
+ * caller may hold it for long (a flush, pause() in a transaction left open,
+ * a prepared transaction).  So it tries for about a second, then gives up
+ * with LOCK_NOT_AVAILABLE naming the holder: the worker backs off this
+ * pipeline and serves the others.
+ */
+void
+ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	SPIPlanPtr	plan = StatementPrepare(p, BuildProgressTryLock, 0, NULL);
+	int			waited = 0;
+
+	for (int attempt = 0;; attempt++)
+	{
+		int			ms = 1 << Min(attempt, 6);
+
+		StatementExec(plan, NULL, NULL, -1);
+		if (SPI_processed == 1)
+		{
+			ProgressFromRow(rotation, drain_rotation, paused);
+			p->progress_locked = true;
+			return;
+		}
+		if (waited >= 1000)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		waited += ms;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("pipeline \"%s\" is held by %s", p->name, ProgressHolder(p)),
+			 errdetail("It holds the pipeline's progress row; the worker serves the other pipelines meanwhile."),
+			 errhint("Commit or roll back that transaction.")));
+}
+
+/*
+ * ProgressRead reads the progress row as last committed, without a lock.
+ */
+void
+ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	ProgressFetch(StatementPrepare(p, BuildProgressRead, 0, NULL),
+				  rotation, drain_rotation, paused);
+}
+
+/*
+ * BuildProgressAdd: add a batch's counts, and optionally move the oldest
+ * rotation, in one update.
+ */
+static const char *
+BuildProgressAdd(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET"
+					" ingested = ingested + $1, applied = applied + $2,"
+					" duplicates = duplicates + $3, stale = stale + $4,"
+					" dead_lettered = dead_lettered + $5, batches = batches + $6,"
+					" drain_rotation = coalesce($7, drain_rotation),"
+					" last_batch_at = CASE WHEN $6 > 0 THEN now() ELSE last_batch_at END",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressRecord adds a batch's counts to the pipeline's counters and, if
+ * drain_rotation >= 0, records it as the oldest rotation not truncated.
+ */
+void
+ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches, int64 drain_rotation)
+{
+	Oid			types[7] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[7];
+	char		nulls[8] = "       ";
+	SPIPlanPtr	plan = StatementPrepare(p, BuildProgressAdd, 7, types);
+
+	Assert(p->progress_locked);
+
+	values[0] = Int64GetDatum(c->ingested);
+	values[1] = Int64GetDatum(c->applied);
+	values[2] = Int64GetDatum(c->duplicates);
+	values[3] = Int64GetDatum(c->stale);
+	values[4] = Int64GetDatum(c->dead_lettered);
+	values[5] = Int64GetDatum(batches);
+	values[6] = Int64GetDatum(drain_rotation);
+	if (drain_rotation < 0)
+		nulls[6] = 'n';
+	StatementExec(plan, values, nulls, 1);
+}
+
+/*
+ * BuildProgressRotate: send inserts to the other queue partition.
+ */
+static const char *
+BuildProgressRotate(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET rotation = rotation + 1",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressRotate makes the other queue partition take inserts once this
+ * transaction commits.
+ */
+void
+ProgressRotate(Pipeline *p)
+{
+	Assert(p->progress_locked);
+	StatementExec(StatementPrepare(p, BuildProgressRotate, 0, NULL), NULL, NULL, 1);
+}
+
+/*
+ * BuildShardLock: lock one shard's row, which serializes the state stage of
+ * the keys in that shard, unless someone else holds it.
+ */
+static const char *
+BuildShardLock(Pipeline *p)
+{
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard"
+					" WHERE shard = $1 FOR UPDATE SKIP LOCKED", quote_identifier(p->name));
+}
+
+/*
+ * PositionFromRow reads a shard's position from row i of SPI_tuptable.
+ */
+static void
+PositionFromRow(uint64 i, QueuePosition *pos)
+{
+	HeapTuple	tup = SPI_tuptable->vals[i];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+	Datum		d;
+
+	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	d = SPI_getbinval(tup, desc, 3, &isnull);
+	pos->row = isnull ? 0 : DatumGetInt64(d);
+	pos->count = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	d = SPI_getbinval(tup, desc, 5, &isnull);
+	pos->digest = isnull ? 0 : DatumGetInt64(d);
+	pos->digest_known = !isnull;
+}
+
+/*
+ * ProgressShardLock locks a shard's row until the end of the transaction and reads
+ * its position.  It returns false, without waiting, when the row is locked
+ * already (by flush(), pause() or a caller of state_upsert()).
+ */
+bool
+ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(shard)};
+
+	Assert(shard >= 0 && shard < p->nshards);
+	StatementExec(StatementPrepare(p, BuildShardLock, 1, types), values, NULL, -1);
+	if (SPI_processed == 0)
+	{
+		QueuePosition all[EXACTONCE_MAX_SHARDS];
+
+		/* locked, not missing: this fails if a shard row is gone */
+		ProgressShardsRead(p, false, all);
+		return false;
+	}
+	PositionFromRow(0, pos);
+	p->shards_locked |= UINT64CONST(1) << shard;
+	return true;
+}
+
+/*
+ * BuildShardRead and BuildShardReadLock: every shard's position, in shard
+ * order (the order in which all of them are locked).
+ */
+static const char *
+BuildShardRead(Pipeline *p)
+{
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard ORDER BY shard",
+					quote_identifier(p->name));
+}
+
+static const char *
+BuildShardReadLock(Pipeline *p)
+{
+	return psprintf("SELECT " SHARD_POSITION_COLUMNS " FROM %s.shard ORDER BY shard FOR UPDATE",
+					quote_identifier(p->name));
+}
+
+/*
+ * ProgressShardsRead reads the position of every shard into pos (p->nshards
+ * entries), locking the rows with lock.
+ */
+void
+ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos)
+{
+	SPIPlanPtr	plan = lock ? StatementPrepare(p, BuildShardReadLock, 0, NULL) :
+		StatementPrepare(p, BuildShardRead, 0, NULL);
+
+	StatementExec(plan, NULL, NULL, p->nshards);
+	for (int i = 0; i < p->nshards; i++)
+		PositionFromRow(i, &pos[i]);
+	if (lock)
+		p->shards_locked = ~UINT64CONST(0);
+}
+
+/*
+ * BuildShardSet: move a shard's position.
+ */
+static const char *
+BuildShardSet(Pipeline *p)
+{
+	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3,"
+					" drain_row = $4, drain_count = $5, drain_digest = $6,"
+					" taken = taken + $7 WHERE shard = $1", quote_identifier(p->name));
+}
+
+/*
+ * ProgressShardRecord records the position a shard reached and the number of events
+ * it took on the way.
+ */
+void
+ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken)
+{
+	Oid			types[7] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[7] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
+		Int64GetDatum(pos->tid), Int64GetDatum(pos->row), Int64GetDatum(pos->count),
+	Int64GetDatum(pos->digest), Int64GetDatum(taken)};
+	char		nulls[8] = "       ";
+
+	Assert(p->shards_locked & (UINT64CONST(1) << shard));
+	if (!pos->digest_known)
+		nulls[5] = 'n';
+	StatementExec(StatementPrepare(p, BuildShardSet, 7, types), values, nulls, 1);
+}
+
+/*
+ * ProgressLockAll locks every shard row, reading their positions into shards
+ * (NULL: not wanted), then the progress row, until the end of the
+ * transaction: it waits for the batches in progress and keeps the workers
+ * out.  Shards first and in order, as the workers take them, so that the two
+ * never deadlock.
+ */
+void
+ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
+				int64 *drain_rotation, bool *paused)
+{
+	QueuePosition positions[EXACTONCE_MAX_SHARDS];
+
+	ProgressShardsRead(p, true, shards ? shards : positions);
+	ProgressLock(p, rotation, drain_rotation, paused);
+}

@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * progress.h
+ *		A pipeline's progress row and shard rows: its counters, rotation and
+ *		positions, and the lock order between them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_PROGRESS_H
+#define EXACTONCE_PROGRESS_H
+
+#include "event.h"
+#include "queue.h"
+
+extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+						 bool *paused);
+extern void ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+							bool *paused);
+extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+						 bool *paused);
+extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
+						   int64 drain_rotation);
+extern void ProgressRotate(Pipeline *p);
+extern bool ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos);
+extern void ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
+extern void ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos,
+								int64 taken);
+extern void ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
+							int64 *drain_rotation, bool *paused);
+
+#endif							/* EXACTONCE_PROGRESS_H */

@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *		Shared memory of the workers: one slot per drain worker, and counters
+ *		of injected faults.  Locking rules are in shmem.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_SHMEM_H
+#define EXACTONCE_SHMEM_H
+
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "utils/timestamp.h"
+
+#include "fault.h"
+
+#define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
+#define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */
+#define EXACTONCE_LATENCY_SAMPLES	100 /* batches per pipeline for latency */
+
+/* What a drain worker knows of one pipeline it serves. */
+typedef struct PipelineStat
+{
+	int32		id;
+	int			failures;		/* consecutive failed steps */
+	TimestampTz retry_at;		/* backoff: no step before this */
+	bool		waiting;		/* for a lock another session holds */
+	int			nlatency;
+	double		latency_ms[EXACTONCE_LATENCY_SAMPLES];	/* oldest event of a
+														 * batch, insert to
+														 * commit */
+	char		last_error[256];
+} PipelineStat;
+
+typedef enum WorkerState
+{
+	WORKER_FREE = 0,
+	WORKER_IDLE,
+	WORKER_DRAINING
+} WorkerState;
+
+/* One drain worker. */
+typedef struct WorkerSlot
+{
+	pid_t		pid;
+	Oid			dboid;
+	int			index;			/* serves the shards WorkerServes says */
+	int			nworkers;
+	Latch	   *latch;
+	pg_atomic_uint64 wakes;		/* times WakeWorkers set the latch */
+	WorkerState state;
+	int32		pipeline_id;	/* being drained, if DRAINING */
+	PipelineStat pipes[EXACTONCE_WORKER_PIPELINES];
+} WorkerSlot;
+
+typedef struct ExactonceShared
+{
+	LWLock	   *lock;
+	pg_atomic_uint64 faults[FAULT_STAGES];	/* injected since server start */
+	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} ExactonceShared;
+
+/* NULL unless the library was preloaded */
+extern ExactonceShared *exactonce_shared;
+
+extern void ShmemInit(void);
+
+#endif							/* EXACTONCE_SHMEM_H */

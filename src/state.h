@@ -1,0 +1,16 @@
+/*-------------------------------------------------------------------------
+ *
+ * state.h
+ *		Stage 1: apply events to state, yielding per-cell deltas.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_STATE_H
+#define EXACTONCE_STATE_H
+
+#include "event.h"
+
+extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
+						 StageCounts *counts);
+
+#endif							/* EXACTONCE_STATE_H */

@@ -1,0 +1,302 @@
+/*-------------------------------------------------------------------------
+ *
+ * statement.c
+ *		Kept statements: prepared once per backend, run many times, always
+ *		with a pinned search_path; and the array parameters they take.
+ *
+ * Every statement the extension runs through SPI is prepared once per
+ * backend and kept (SPI_keepplan), in one table keyed by what the statement
+ * is for:
+ *	 - a statement on one pipeline's tables by the pipeline (its schema's
+ *	   OID and its id, so a pipeline recreated under the same name gets plans
+ *	   of its own) and the function that builds its SQL (StatementPrepare);
+ *	 - a statement on the extension's own tables by its SQL text, a static
+ *	   string (StatementPrepareFixed).
+ * Kept plans of a pipeline whose schema is gone are freed at the next
+ * lookup after a schema invalidation.
+ *
+ * Values travel as parameters, mostly as arrays that one statement unnests,
+ * so a batch costs a few statements, not one per event.  Statements run with
+ * search_path pinned to pg_catalog, pg_temp and spell their operators
+ * OPERATOR(pg_catalog.x) or are schema-qualified, so that objects planted
+ * elsewhere cannot change what they resolve to.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+#include "statement.h"
+
+/* What a kept statement is for: see the file header. */
+typedef struct StatementKey
+{
+	Oid			nspid;			/* InvalidOid for the extension's own */
+	int32		pipeline_id;
+	const void *id;				/* the StatementBuilder, or the SQL text */
+} StatementKey;
+
+typedef struct StatementEntry
+{
+	StatementKey key;			/* hash key */
+	SPIPlanPtr	plan;
+} StatementEntry;
+
+static HTAB *statements = NULL;
+static bool statements_sweep = false;	/* a schema was dropped or changed */
+
+/*
+ * StatementsInvalidate is the syscache callback on schemas: dropping a
+ * pipeline drops its schema, whose kept plans StatementsSweep then frees.
+ */
+static void
+StatementsInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	statements_sweep = true;
+}
+
+/*
+ * StatementsSweep frees the kept plans of pipelines whose schema is gone.
+ */
+static void
+StatementsSweep(void)
+{
+	HASH_SEQ_STATUS seq;
+	StatementEntry *entry;
+
+	statements_sweep = false;
+	hash_seq_init(&seq, statements);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (!OidIsValid(entry->key.nspid) ||
+			SearchSysCacheExists1(NAMESPACEOID, ObjectIdGetDatum(entry->key.nspid)))
+			continue;
+		SPI_freeplan(entry->plan);
+		(void) hash_search(statements, &entry->key, HASH_REMOVE, NULL);
+	}
+}
+
+/*
+ * StatementKept returns the kept plan of key, preparing sql, or the SQL that
+ * build(p) returns, the first time.
+ */
+static SPIPlanPtr
+StatementKept(StatementKey *key, const char *sql, Pipeline *p,
+			  StatementBuilder build, int nargs, const Oid *argtypes)
+{
+	StatementEntry *entry;
+	bool		found;
+
+	if (statements == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(StatementKey);
+		ctl.entrysize = sizeof(StatementEntry);
+		ctl.hcxt = CacheMemoryContext;
+		statements = hash_create("exactonce statements", 64, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, StatementsInvalidate, (Datum) 0);
+	}
+	if (statements_sweep)
+		StatementsSweep();
+	entry = hash_search(statements, key, HASH_FIND, NULL);
+	if (entry != NULL)
+		return entry->plan;
+
+	if (sql == NULL)
+		sql = build(p);
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		/* entered only once prepared: a failed prepare leaves no entry */
+		entry = hash_search(statements, key, HASH_ENTER, &found);
+		Assert(!found);
+		entry->plan = plan;
+	}
+	return entry->plan;
+}
+
+/*
+ * StatementPrepare returns the kept plan of the statement that build makes
+ * for pipeline p.
+ */
+SPIPlanPtr
+StatementPrepare(Pipeline *p, StatementBuilder build, int nargs, Oid *argtypes)
+{
+	StatementKey key;
+
+	/* a pipeline's tables are only ever touched as its owner */
+	Assert(p != NULL && OidIsValid(p->nspid) && p->acting_as_owner);
+	memset(&key, 0, sizeof(key));
+	key.nspid = p->nspid;
+	key.pipeline_id = p->id;
+	key.id = (const void *) build;
+	return StatementKept(&key, NULL, p, build, nargs, argtypes);
+}
+
+/*
+ * StatementPrepareFixed returns the kept plan of sql, a statement on the
+ * extension's own tables.  sql must be a string that lives as long as the
+ * backend (a literal): its address names the statement.
+ */
+SPIPlanPtr
+StatementPrepareFixed(const char *sql, int nargs, const Oid *argtypes)
+{
+	StatementKey key;
+
+	memset(&key, 0, sizeof(key));
+	key.id = (const void *) sql;
+	return StatementKept(&key, sql, NULL, NULL, nargs, argtypes);
+}
+
+/*
+ * StatementCheck fails unless a statement succeeded (rc) and touched
+ * "expected" rows (-1: any number).
+ */
+static void
+StatementCheck(int rc, int expected)
+{
+	if (rc < 0)
+		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
+	if (expected >= 0 && SPI_processed != (uint64) expected)
+		elog(ERROR, "exactonce statement touched " UINT64_FORMAT " rows, expected %d",
+			 SPI_processed, expected);
+}
+
+/*
+ * StatementPinSearchPath sets search_path to pg_catalog, pg_temp until
+ * StatementUnpinSearchPath is called with the returned nest level.
+ */
+int
+StatementPinSearchPath(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+/*
+ * StatementUnpinSearchPath restores the search_path that StatementPinSearchPath saved.
+ */
+void
+StatementUnpinSearchPath(int nestlevel)
+{
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
+ * StatementExec runs a kept plan and checks that it touched "expected" rows
+ * (-1: any number).
+ */
+void
+StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	/*
+	 * SPI returns in its procedure context, which lives as long as the SPI
+	 * connection: go back to the caller's, which a flush resets per batch.
+	 */
+	MemoryContextSwitchTo(cxt);
+	StatementCheck(rc, expected);
+}
+
+/*
+ * StatementTableOwner returns the owner of table exactonce.<relname>, the
+ * role the extension's own statements run as.
+ */
+Oid
+StatementTableOwner(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, get_namespace_oid("exactonce", false));
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"exactonce.%s\" does not exist", relname),
+				 errdetail("The installed extension script predates the shared library."),
+				 errhint("Recreate the extension: DROP EXTENSION exactonce; CREATE EXTENSION exactonce.")));
+	return PipelineRelationOwner(relid);
+}
+
+/*
+ * StatementExecAs runs a kept plan as role, in a security-restricted context, and
+ * checks that it touched "expected" rows (-1: any number).  The caller has
+ * pinned the search_path and checked that its own role may do this.
+ */
+void
+StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
+		  bool read_only, int expected)
+{
+	Oid			save_userid;
+	int			save_sec;
+	int			rc;
+
+	MemoryContext cxt = CurrentMemoryContext;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_plan(plan, values, nulls, read_only, 0);
+	SetUserIdAndSecContext(save_userid, save_sec);
+	MemoryContextSwitchTo(cxt);	/* as in StatementExec */
+	StatementCheck(rc, expected);
+}
+
+/*
+ * StatementTextArray builds a text[] of n elements, some of them NULL if nulls is set.
+ */
+Datum
+StatementTextArray(Datum *elems, bool *nulls, int n)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
+											  TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * StatementInt8Array builds a bigint[].
+ */
+Datum
+StatementInt8Array(int64 *elems, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(elems[i]);
+	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * StatementNumericArray builds a numeric[].
+ */
+Datum
+StatementNumericArray(Numeric *elems, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = NumericGetDatum(elems[i]);
+	return PointerGetDatum(construct_array(d, n, NUMERICOID, -1, false, TYPALIGN_INT));
+}

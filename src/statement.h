@@ -1,0 +1,33 @@
+/*-------------------------------------------------------------------------
+ *
+ * statement.h
+ *		Kept statements, their parameters, and the pinned search_path.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_STATEMENT_H
+#define EXACTONCE_STATEMENT_H
+
+#include "executor/spi.h"
+
+#include "pipeline.h"
+
+/* Builds the SQL of a statement on one pipeline's tables. */
+typedef const char *(*StatementBuilder) (Pipeline *p);
+
+extern int	StatementPinSearchPath(void);
+extern void StatementUnpinSearchPath(int nestlevel);
+extern SPIPlanPtr StatementPrepare(Pipeline *p, StatementBuilder build,
+								   int nargs, Oid *argtypes);
+extern SPIPlanPtr StatementPrepareFixed(const char *sql, int nargs,
+										const Oid *argtypes);
+extern void StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls,
+						  int expected);
+extern void StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values,
+							const char *nulls, bool read_only, int expected);
+extern Oid	StatementTableOwner(const char *relname);
+extern Datum StatementTextArray(Datum *elems, bool *nulls, int n);
+extern Datum StatementInt8Array(int64 *elems, int n);
+extern Datum StatementNumericArray(Numeric *elems, int n);
+
+#endif							/* EXACTONCE_STATEMENT_H */
