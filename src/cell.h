@@ -24,7 +24,7 @@ typedef struct Cell
 {
 	CellKey		key;			/* hash key, must be first */
 	int			level;
-	Datum		dims[EXACTONCE_MAX_DIMENSIONS];	/* first "level" are set */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* first "level" are set */
 	Numeric		total;
 	int64		keys;
 } Cell;

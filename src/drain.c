@@ -51,6 +51,9 @@ static int	exactonce_batch_size = 10000;
 #define TRANSIENT_RETRIES	8
 #define DATA_RETRIES		1
 
+/* the counts of a step that moves the queue on without taking events */
+static const StageCounts no_counts = {0};
+
 /*
  * DrainInit registers exactonce.batch_size.
  */
@@ -97,11 +100,11 @@ MustPropagate(int sqlerrcode)
 }
 
 /*
- * Backoff sleeps before retry number attempt (1, 2, ...): 10 ms doubling up
+ * SleepBeforeRetry sleeps before retry number attempt (1, 2, ...): 10 ms doubling up
  * to one second, interruptible.
  */
 static void
-Backoff(int attempt)
+SleepBeforeRetry(int attempt)
 {
 	long		ms = 10L << Min(attempt - 1, 7);
 
@@ -209,17 +212,17 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 		{
 			if (++transient > TRANSIENT_RETRIES)
 				ReThrowError(err);
-			Backoff(transient);
+			SleepBeforeRetry(transient);
 			continue;
 		}
 		if (++data <= DATA_RETRIES)
 		{
-			Backoff(data);
+			SleepBeforeRetry(data);
 			continue;
 		}
 		if (n == 1)
 		{
-			DeadLetter dl = {events, psprintf("error: %s", err->message)};
+			DeadLetter	dl = {events, psprintf("error: %s", err->message)};
 
 			EventDeadLetters(p, &dl, 1);
 			counts->ingested++;
@@ -255,7 +258,7 @@ ReduceWithRetry(Pipeline *p)
 			return;
 		if (!IsTransient(err->sqlerrcode) || attempt > TRANSIENT_RETRIES)
 			ReThrowError(err);
-		Backoff(attempt);
+		SleepBeforeRetry(attempt);
 	}
 }
 
@@ -276,7 +279,8 @@ DrainBatch(Pipeline *p, int shard, QueuePosition *pos, StageCounts *counts)
 
 	/*
 	 * One context for every batch of the backend's life, reset for each; its
-	 * first 8 MB stay allocated, so a batch does not fault its memory in anew.
+	 * first 8 MB stay allocated, so a batch does not fault its memory in
+	 * anew.
 	 */
 	if (batch_cxt == NULL)
 		batch_cxt = AllocSetContextCreate(TopMemoryContext, "exactonce batch",
@@ -310,8 +314,8 @@ DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 
 	/*
 	 * Each batch is reduced at once, in an SPI connection of its own whose
-	 * memory goes with it, so that memory is bounded by the batch, not by
-	 * the backlog.
+	 * memory goes with it, so that memory is bounded by the batch, not by the
+	 * backlog.
 	 */
 	for (;;)
 	{
@@ -374,7 +378,7 @@ DrainPipeline(Pipeline *p)
 	if (drain_rotation < rotation)
 		QueueRetire(p, drain_rotation);
 	QueueRetire(p, rotation);
-	ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
+	ProgressRecord(p, &no_counts, 0, rotation);
 	return total;
 }
 
@@ -410,7 +414,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 			return r;
 		}
 		QueueRetire(p, drain_rotation);
-		ProgressRecord(p, &(StageCounts) {0}, 0, rotation);
+		ProgressRecord(p, &no_counts, 0, rotation);
 		r.worked = true;
 	}
 	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
@@ -443,19 +447,18 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 
 	/*
-	 * Whoever else holds the shard (a flush, a caller of the stages) may
-	 * hold it for long: skip it rather than keep the worker's other
-	 * pipelines waiting.  The next round, at the latest after naptime, looks
-	 * again.
+	 * Whoever else holds the shard (a flush, a caller of the stages) may hold
+	 * it for long: skip it rather than keep the worker's other pipelines
+	 * waiting.  The next round, at the latest after naptime, looks again.
 	 */
 	if (!ProgressShardLock(p, shard, &pos))
 		return r;
 
 	/*
 	 * set_shards() holds every shard row until it commits: with this one
-	 * locked, the registry read now is the last word on the number of
-	 * shards, which the pipeline loaded before may not have seen.  Keys must
-	 * not be cut two ways at once.
+	 * locked, the registry read now is the last word on the number of shards,
+	 * which the pipeline loaded before may not have seen.  Keys must not be
+	 * cut two ways at once.
 	 */
 	if (PipelineShards(p->id) != p->nshards)
 	{

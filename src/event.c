@@ -310,5 +310,5 @@ EventDeadLetters(Pipeline *p, DeadLetter *dl, int n)
 	values[EV_NATTS(p)] = StatementTextArray(reasons, NULL, n);
 	types[EV_NATTS(p)] = TEXTARRAYOID;
 	StatementExec(StatementPrepare(p, BuildDeadLetter, EV_NATTS(p) + 1, types),
-			values, NULL, n);
+				  values, NULL, n);
 }

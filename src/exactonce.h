@@ -27,11 +27,14 @@
 
 #define EXACTONCE_MAX_DIMENSIONS	16
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
-#define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained in parallel */
+#define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained
+										 * in parallel */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
 #define EXACTONCE_MAX_MAGNITUDE		1000	/* values must be below 1e1000 */
-#define EXACTONCE_MAX_KEY_BYTES		2000	/* keys, and cells, must fit in a btree entry */
-#define EXACTONCE_SOURCE_QUEUE		"queue" /* ledger source of the queue's batches */
+#define EXACTONCE_MAX_KEY_BYTES		2000	/* keys, and cells, must fit in a
+											 * btree entry */
+#define EXACTONCE_SOURCE_QUEUE		"queue" /* ledger source of the queue's
+											 * batches */
 
 /* SQLSTATE of injected faults, so retry logic can tell them from bad data */
 #define ERRCODE_EXACTONCE_INJECTED_FAULT	MAKE_SQLSTATE('E','O','0','0','1')

@@ -269,9 +269,9 @@ SourceFind(Oid table_owner, Pipeline *p, text *source, bool create, int64 *commi
 			return false;
 
 		/*
-		 * A new source.  If another transaction is creating the same row,
-		 * the insert waits for it and then does nothing; the next lock
-		 * attempt sees its row.
+		 * A new source.  If another transaction is creating the same row, the
+		 * insert waits for it and then does nothing; the next lock attempt
+		 * sees its row.
 		 */
 		StatementExecAs(table_owner, SourcePlan(SOURCE_CREATE), values, NULL, false, -1);
 		CHECK_FOR_INTERRUPTS();
@@ -311,7 +311,7 @@ QueueInsert(Pipeline *p, Event *events, int n)
 		ptrs[j] = &events[j];
 	EventArrays(p, ptrs, n, values, types);
 	StatementExec(StatementPrepare(p, BuildQueueInsert, EV_NATTS(p), types),
-			values, NULL, n);
+				  values, NULL, n);
 }
 
 /*
@@ -445,7 +445,7 @@ exactonce_committed_offset(PG_FUNCTION_ARGS)
 	values[0] = Int32GetDatum(p->id);
 	values[1] = PointerGetDatum(source);
 	StatementExecAs(StatementTableOwner("source_offset"), SourcePlan(SOURCE_READ),
-			  values, NULL, true, -1);
+					values, NULL, true, -1);
 	if (SPI_processed == 1)
 	{
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -260,8 +260,8 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 
 	/*
 	 * Added once the partitions exist, so that theirs is NOT VALID too:
-	 * pg_dump then adds it after loading the rows, which a restore must
-	 * bring back to both partitions, the sealed one included.
+	 * pg_dump then adds it after loading the rows, which a restore must bring
+	 * back to both partitions, the sealed one included.
 	 */
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open"
 					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s)) NOT VALID;\n",
@@ -387,7 +387,7 @@ CheckOwnership(Pipeline *p)
 	};
 	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
 	bool		ok = HeapTupleIsValid(tup) &&
-		((Form_pg_namespace) GETSTRUCT(tup))->nspowner == p->owner;
+	((Form_pg_namespace) GETSTRUCT(tup))->nspowner == p->owner;
 
 	if (HeapTupleIsValid(tup))
 		ReleaseSysCache(tup);
@@ -856,8 +856,10 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 	drained = DrainPipeline(p);
 
-	/* shards that go pass on their count of events to shard 0; new ones
-	 * start where the others are, at the rotation taking inserts */
+	/*
+	 * shards that go pass on their count of events to shard 0; new ones start
+	 * where the others are, at the rotation taking inserts
+	 */
 	s = quote_identifier(p->name);
 	values[0] = Int32GetDatum(nshards);
 	values[1] = Int32GetDatum(p->nshards);

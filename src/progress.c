@@ -336,7 +336,7 @@ void
 ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos)
 {
 	SPIPlanPtr	plan = lock ? StatementPrepare(p, BuildShardReadLock, 0, NULL) :
-		StatementPrepare(p, BuildShardRead, 0, NULL);
+	StatementPrepare(p, BuildShardRead, 0, NULL);
 
 	StatementExec(plan, NULL, NULL, p->nshards);
 	for (int i = 0; i < p->nshards; i++)

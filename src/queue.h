@@ -23,7 +23,8 @@
 typedef struct QueuePosition
 {
 	int64		rotation;
-	int64		tid;			/* block << 16 | offset; 0 before the first row */
+	int64		tid;			/* block << 16 | offset; 0 before the first
+								 * row */
 	int64		row;			/* ingest_id of the row at tid */
 	int64		count;			/* rows of the shard taken from the partition */
 	int64		digest;			/* sum of a hash of their ingest_ids */

@@ -136,7 +136,7 @@ ApplyCells(Pipeline *p, HTAB *cells)
 	types[p->ndims + 1] = NUMERICARRAYOID;
 	types[p->ndims + 2] = INT8ARRAYOID;
 	StatementExec(StatementPrepare(p, BuildAggUpsert, p->ndims + 3, types),
-			values, NULL, ncells);
+				  values, NULL, ncells);
 
 	empty = palloc(sizeof(ItemPointerData) * ncells);
 	emptyd = palloc(sizeof(Datum) * ncells);

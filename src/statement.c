@@ -245,7 +245,7 @@ StatementTableOwner(const char *relname)
  */
 void
 StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
-		  bool read_only, int expected)
+				bool read_only, int expected)
 {
 	Oid			save_userid;
 	int			save_sec;
@@ -258,7 +258,7 @@ StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
 						   SECURITY_RESTRICTED_OPERATION);
 	rc = SPI_execute_plan(plan, values, nulls, read_only, 0);
 	SetUserIdAndSecContext(save_userid, save_sec);
-	MemoryContextSwitchTo(cxt);	/* as in StatementExec */
+	MemoryContextSwitchTo(cxt); /* as in StatementExec */
 	StatementCheck(rc, expected);
 }
 

@@ -290,7 +290,10 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]),
 					  &values[16], &nulls[16]);
 
-		/* an error can quote event data: the owner's, as pg_stat_activity.query is */
+		/*
+		 * an error can quote event data: the owner's, as
+		 * pg_stat_activity.query is
+		 */
 		if (!nulls[20] &&
 			!has_privs_of_role(GetUserId(), DatumGetObjectId(values[3])) &&
 			!has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))

@@ -101,8 +101,10 @@ typedef struct Backoff
 static HTAB *backoffs = NULL;
 static bool reset_caches = false;	/* a pipeline this worker served is gone */
 
-#define EXACTONCE_SEAL_POLL_MS	5	/* first sleep while waiting for inserters to end */
-#define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another session holds */
+#define EXACTONCE_SEAL_POLL_MS	5	/* first sleep while waiting for inserters
+									 * to end */
+#define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another
+										 * session holds */
 
 /* What a step is working on, for the context line of its errors. */
 typedef struct StepContext
@@ -573,8 +575,10 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	MemoryContextSwitchTo(cxt);
 	error_context_stack = errcallback.previous;
 
-	/* a worker has no idle loop that reports statistics: without them
-	 * autovacuum would never learn about the dead rows in state */
+	/*
+	 * a worker has no idle loop that reports statistics: without them
+	 * autovacuum would never learn about the dead rows in state
+	 */
 	pgstat_report_stat(false);
 
 	/* the workers of the other shards have a partition to drain now */
