@@ -21,7 +21,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(eo_node eo_setup eo_produce eo_produce_aborted eo_wait_drained
-  eo_check eo_half_drain eo_pause eo_resume eo_queue_partition);
+  eo_drained_sql eo_check eo_half_drain eo_pause eo_resume eo_queue_partition
+  eo_alter_system);
 
 # distinct keys of the producer's events
 our $KEYS = 1000;
@@ -141,6 +142,24 @@ sub eo_resume
 	return;
 }
 
+# eo_alter_system(node, setting => value, ...): ALTER SYSTEM SET each
+# setting (RESET where the value is undef) and reload the configuration.
+sub eo_alter_system
+{
+	my ($node, %settings) = @_;
+	my $sql = '';
+	for my $name (sort keys %settings)
+	{
+		my $value = $settings{$name};
+		$sql .=
+		  defined $value
+		  ? "ALTER SYSTEM SET $name = '$value';\n"
+		  : "ALTER SYSTEM RESET $name;\n";
+	}
+	$node->safe_psql('postgres', $sql . 'SELECT pg_reload_conf();');
+	return;
+}
+
 # eo_queue_partition(node, db): the queue partition shard 0 is draining.
 sub eo_queue_partition
 {
@@ -159,28 +178,37 @@ sub eo_half_drain
 	eo_pause($node, $db);
 	eo_produce_aborted($node, $db, 2000);
 	eo_produce($node, $db, $from, $to);
-	$node->safe_psql($db,
-		"ALTER SYSTEM SET exactonce.batch_size = 50; SELECT pg_reload_conf()");
+	eo_alter_system($node, 'exactonce.batch_size' => 50);
 	eo_resume($node, $db);
 	$node->poll_query_until($db,
 		"SELECT sum(drain_count) > 0 FROM trades.shard")
 	  or die "the workers took nothing";
 	eo_pause($node, $db);
-	$node->safe_psql($db,
-		"ALTER SYSTEM RESET exactonce.batch_size; SELECT pg_reload_conf()");
+	eo_alter_system($node, 'exactonce.batch_size' => undef);
 	return $node->safe_psql(
 		$db, q{
 SELECT (SELECT sum(drain_count) FROM trades.shard) > 0 AND queued > 0
 FROM exactonce.pipelines WHERE name = 'trades'}) eq 't';
 }
 
-# eo_wait_drained(node, db): wait until nothing is queued or staged.
+# eo_drained_sql(pipeline): a query that is true once the pipeline
+# (default "trades") has nothing queued or staged and its counters account
+# for every event it ingested.
+sub eo_drained_sql
+{
+	my ($pipeline) = @_;
+	$pipeline //= 'trades';
+	return qq{
+SELECT queued = 0 AND staged = 0 AND ingested = applied + duplicates + stale + dead_lettered
+FROM exactonce.pipelines WHERE name = '$pipeline'};
+}
+
+# eo_wait_drained(node, db, pipeline): wait (bounded) until the pipeline
+# (default "trades") is drained, as eo_drained_sql says.
 sub eo_wait_drained
 {
-	my ($node, $db) = @_;
-	return $node->poll_query_until(
-		$db, q{
-SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 'trades'});
+	my ($node, $db, $pipeline) = @_;
+	return $node->poll_query_until($db, eo_drained_sql($pipeline));
 }
 
 # eo_check(node, db, label): the aggregates equal the oracle, and every row
