@@ -1,10 +1,9 @@
-# exactonce: PGXS build.  The extension script lives in src/ and is copied to
-# exactonce--<version>.sql, the version being read from exactonce.control;
-# the scripts of earlier versions and the upgrade scripts are installed as
-# they are.
+# exactonce: PGXS build.  The extension is installed from one base script,
+# src/exactonce--1.0.sql, and the chain of upgrade scripts after it, up to
+# default_version in exactonce.control: CREATE EXTENSION runs the chain, so
+# a fresh install and an upgraded one are the same by construction.
 
 EXTENSION = exactonce
-EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 
 MODULE_big = exactonce
 PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
@@ -28,9 +27,7 @@ OBJS = \
 	src/once.o \
 	src/offsets.o
 
-DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql
-EXTRA_CLEAN = $(EXTENSION)--$(EXTVERSION).sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out
@@ -55,9 +52,6 @@ include $(PGXS)
 
 # after PGXS, which sets it empty: the tests' shared module
 PROVE_FLAGS = -I test/t
-
-$(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql $(EXTENSION).control
-	cp $< $@
 
 # every object depends on the shared header (PGXS tracks no dependencies)
 $(OBJS): $(wildcard src/*.h)

@@ -2,11 +2,11 @@
 -- partition drained, becomes a pipeline of one shard that goes on from there.
 SET client_min_messages = warning;
 CREATE EXTENSION exactonce VERSION '1.0';
-CREATE ROLE eo_upgrade_owner;
+CREATE ROLE regress_upgrade_owner;
 
 -- the relations 1.0's create_pipeline('old', ARRAY['d']) made
-CREATE SCHEMA old AUTHORIZATION eo_upgrade_owner;
-SET ROLE eo_upgrade_owner;
+CREATE SCHEMA old AUTHORIZATION regress_upgrade_owner;
+SET ROLE regress_upgrade_owner;
 CREATE TABLE old.progress (singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
 	rotation bigint NOT NULL DEFAULT 0, drain_rotation bigint NOT NULL DEFAULT 0,
 	drain_position bigint NOT NULL DEFAULT 0, paused boolean NOT NULL DEFAULT false,
@@ -42,7 +42,7 @@ CREATE FUNCTION old.escalate(what text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO old.ran_as VALUES (current_user, what);
 	BEGIN
-		ALTER ROLE eo_upgrade_owner SUPERUSER;
+		ALTER ROLE regress_upgrade_owner SUPERUSER;
 	EXCEPTION WHEN OTHERS THEN
 		NULL;
 	END;
@@ -58,9 +58,9 @@ BEGIN
 	RETURN NULL;
 END $$;
 RESET ROLE;
-INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('old', 'latest', ARRAY['d'], 'eo_upgrade_owner');
+INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('old', 'latest', ARRAY['d'], 'regress_upgrade_owner');
 -- a second pipeline whose schema was renamed by hand: skipped by the update
-INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('renamed', 'latest', ARRAY['d'], 'eo_upgrade_owner');
+INSERT INTO exactonce.pipeline (name, mode, dimensions, owner) VALUES ('renamed', 'latest', ARRAY['d'], 'regress_upgrade_owner');
 
 -- 100 events in partition 0, sealed by a rotation; a 1.0 worker took the
 -- first 40 (their effect is in state and counters, the position after them)
@@ -88,7 +88,7 @@ SELECT attname FROM pg_attribute WHERE attrelid = 'old.progress'::regclass AND a
 -- ingest_id in its order; the rows are rewritten but none is taken twice
 DELETE FROM old.ingest_0 WHERE key = 'k100';
 INSERT INTO old.ingest (key, version, value, d, ingest_slot) VALUES ('k100', 1, 1, 'x', 0);
-SET ROLE eo_upgrade_owner;
+SET ROLE regress_upgrade_owner;
 CREATE INDEX planted ON old.ingest_0 (old.in_index(key));
 CREATE TRIGGER planted AFTER UPDATE ON old.shard FOR EACH ROW EXECUTE FUNCTION old.on_row();
 TRUNCATE old.ran_as;
@@ -96,7 +96,7 @@ RESET ROLE;
 ALTER EXTENSION exactonce UPDATE;
 -- the planted code ran during the update, as the owner only, to no avail
 SELECT who, what FROM old.ran_as GROUP BY 1, 2 ORDER BY 1, 2;
-SELECT rolsuper FROM pg_roles WHERE rolname = 'eo_upgrade_owner';
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_upgrade_owner';
 DROP INDEX old.planted;
 DROP TRIGGER planted ON old.shard;
 SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
@@ -109,7 +109,7 @@ SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'old.ingest'::r
 SELECT name, ingested FROM exactonce.pipelines WHERE name = 'renamed';
 SELECT exactonce.drop_pipeline('renamed', true);
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
-SET ROLE eo_upgrade_owner;
+SET ROLE regress_upgrade_owner;
 SELECT exactonce.flush('old');
 SELECT d, level, total, keys FROM old.aggregates ORDER BY level, d;
 SELECT ingested, applied, duplicates, stale, shards FROM exactonce.pipelines WHERE name = 'old';
@@ -128,7 +128,7 @@ UNION ALL
 SELECT c.relname || '.' || a.attnum || '.' || a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
 WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped;
 SELECT exactonce.drop_pipeline('new');
-SET ROLE eo_upgrade_owner;
+SET ROLE regress_upgrade_owner;
 SELECT exactonce.drop_pipeline('old');
 RESET ROLE;
 DROP EXTENSION exactonce;
@@ -148,4 +148,4 @@ SELECT count(*) AS differences FROM (
     WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped)
    EXCEPT ALL SELECT * FROM upgraded)) d;
 DROP EXTENSION exactonce;
-DROP ROLE eo_upgrade_owner;
+DROP ROLE regress_upgrade_owner;

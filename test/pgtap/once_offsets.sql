@@ -91,19 +91,19 @@ SELECT is(exactonce.ingest('tap_off', 't:1', pg_temp.ev(49, 52), pg_temp.offs(49
 SELECT throws_ok($$SELECT exactonce.reset_source('tap_off', 't:1', -1)$$, '22023', NULL, 'a negative reset is refused');
 
 -- rights
-CREATE ROLE tap_off_writer;
-CREATE ROLE tap_off_other;
-GRANT USAGE ON SCHEMA tap_off TO tap_off_writer;
-GRANT INSERT ON tap_off.ingest TO tap_off_writer;
-GRANT SELECT ON toy TO tap_off_writer, tap_off_other;
-SET LOCAL ROLE tap_off_writer;
+CREATE ROLE regress_off_writer;
+CREATE ROLE regress_off_other;
+GRANT USAGE ON SCHEMA tap_off TO regress_off_writer;
+GRANT INSERT ON tap_off.ingest TO regress_off_writer;
+GRANT SELECT ON toy TO regress_off_writer, regress_off_other;
+SET LOCAL ROLE regress_off_writer;
 SELECT is(exactonce.ingest('tap_off', 't:0', pg_temp.ev(41, 42), pg_temp.offs(41, 42)), 2::bigint,
 	'a role with INSERT on the queue may ingest');
 SELECT is(exactonce.committed_offset('tap_off', 't:0'), 42::bigint, 'and read the committed offset');
 SELECT throws_ok($$SELECT exactonce.reset_source('tap_off', 't:0')$$, '42501', 'must be owner of pipeline "tap_off"',
 	'but not reset it');
 RESET ROLE;
-SET LOCAL ROLE tap_off_other;
+SET LOCAL ROLE regress_off_other;
 SELECT throws_ok($$SELECT exactonce.ingest('tap_off', 't:0', pg_temp.ev(43, 43), pg_temp.offs(43, 43))$$, '42501',
 	'permission denied to ingest into pipeline "tap_off"', 'a role without INSERT on the queue may not ingest');
 SELECT is((SELECT count(*) FROM exactonce.sources), 0::bigint, 'nor see its sources');

@@ -111,15 +111,15 @@ SELECT throws_ok($$SELECT exactonce.forget('tap', '-1 day')$$, '22023', 'older_t
 -- rights
 ------------------------------------------------------------------------------
 
-CREATE ROLE tap_once_owner;
-CREATE ROLE tap_once_other;
-CREATE ROLE tap_once_member IN ROLE tap_once_owner;
-SET LOCAL ROLE tap_once_owner;
+CREATE ROLE regress_once_owner;
+CREATE ROLE regress_once_other;
+CREATE ROLE regress_once_member IN ROLE regress_once_owner;
+SET LOCAL ROLE regress_once_owner;
 SELECT is(exactonce.once('tap-owned', 't'), true, 'a role claims the first token of a scope');
 RESET ROLE;
-SELECT is((SELECT owner::text FROM exactonce.once_scope WHERE scope = 'tap-owned'), 'tap_once_owner',
+SELECT is((SELECT owner::text FROM exactonce.once_scope WHERE scope = 'tap-owned'), 'regress_once_owner',
 	'and owns the scope');
-SET LOCAL ROLE tap_once_other;
+SET LOCAL ROLE regress_once_other;
 SELECT throws_ok($$SELECT exactonce.once('tap-owned', 'u')$$, '42501', 'permission denied for scope "tap-owned"',
 	'another role cannot claim in it');
 SELECT throws_ok($$SELECT exactonce.once_get('tap-owned', 't')$$, '42501', NULL, 'nor read its results');
@@ -127,7 +127,7 @@ SELECT throws_ok($$SELECT exactonce.forget('tap-owned', '0')$$, '42501', NULL, '
 SELECT throws_ok($$SELECT token FROM exactonce.once_token$$, '42501', NULL, 'nor read the tokens table');
 SELECT is((SELECT count(*) FROM exactonce.once_tokens), 0::bigint, 'the view shows it nothing of other scopes');
 RESET ROLE;
-SET LOCAL ROLE tap_once_member;
+SET LOCAL ROLE regress_once_member;
 SELECT is(exactonce.once('tap-owned', 't'), false, 'a member of the owner shares the scope');
 RESET ROLE;
 
