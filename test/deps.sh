@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test/deps.sh: install what building and testing exactonce needs on Debian
 # bookworm, if it is missing: server headers, pgTAP and pg_prove, IPC::Run
-# (for the TAP tests), pg_repack, sqlsmith, gnuplot.
+# (for the TAP tests), pg_repack, sqlsmith, gnuplot, pg_bsd_indent (for
+# tools/pgindent).
 set -euo pipefail
 
 need=()
@@ -14,6 +15,8 @@ command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 perl -MIPC::Run -e 1 2>/dev/null || need+=(libipc-run-perl)
 [ -x /usr/lib/postgresql/15/bin/pg_repack ] || need+=(postgresql-15-repack)
 command -v sqlsmith >/dev/null || need+=(sqlsmith)
+command -v pg_bsd_indent >/dev/null || need+=(pg-bsd-indent)
+command -v objdump >/dev/null || need+=(binutils)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

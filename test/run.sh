@@ -1,39 +1,46 @@
 #!/usr/bin/env bash
-# test/run.sh: run every exactonce test.
+# test/run.sh: run every exactonce test, as CI does.
 #
-# Installs what is missing (Debian bookworm), builds and installs the
-# extension, then:
-#   - on a throwaway cluster with shared_preload_libraries = 'exactonce' (run
-#     as the postgres OS user): the pg_regress suite (sql/, expected/), the
-#     isolation specs (test/isolation/), the pgTAP suites (test/pgtap/) and
-#     the scripted tests (test/scripts/, which restart or kill the server);
-#   - on a second throwaway cluster without the preload, where flush() is
-#     the driver: the pg_regress, isolation and pgTAP suites again;
-#   - the TAP tests (test/t/, PostgreSQL::Test::Cluster, each on clusters of
-#     its own) through "make tapcheck", as the postgres OS user;
-# and prints one line: "N passed, N failed", counting every assertion.
-# Exits non-zero if anything failed.
+# Installs what is missing (Debian bookworm), checks that src/ is
+# pgindent-clean and builds without warnings, then builds and installs the
+# extension with assertions (-DUSE_ASSERT_CHECKING), so that the tests
+# exercise the invariants each function asserts, and runs, each through
+# PostgreSQL's own harness and as the postgres OS user (test/as-postgres.sh):
+#   - pg_regress (sql/, expected/) on a temporary instance with the library
+#     preloaded, and on one without it (make regresscheck[-nopreload]);
+#   - the isolation specs (test/isolation/), the same two ways
+#     (make isolationcheck[-nopreload]);
+#   - the TAP tests (test/t/, PostgreSQL::Test::Cluster; among them the
+#     pgTAP suites of test/pgtap/, with and without the preload), through
+#     make tapcheck;
+#   - the Debian package: built, installed and its autopkgtest run
+#     (test/package.sh), after which the build above is installed again;
+# and prints one line: "N passed, N failed", counting every assertion (a
+# pg_regress or isolation file counts one).  Exits non-zero if anything
+# failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DIR=${EXACTONCE_TEST_DIR:-/tmp/exactonce-test}
-PORT=${EXACTONCE_TEST_PORT:-54329}
-DIR_NOPRELOAD=$DIR-nopreload
-PORT_NOPRELOAD=$((PORT + 1))
-DB=exactonce_test
 
 bash test/deps.sh || exit 1
-# the build must be free of warnings
-make -s clean
-make -s COPT=-Werror || exit 1
-make -s install >/dev/null || exit 1
 
 passed=0
 failed=0
 failures=()
 
-# count "ok N" / "not ok N" lines of a TAP stream; a run that failed
-# without a failing assertion counts as one failure
+# record NAME OK: one assertion
+record() {
+	if [ "$2" = ok ]; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		failures+=("$1")
+	fi
+}
+
+# count_tap NAME OUTPUT RC: count "ok N" / "not ok N" lines of a TAP stream;
+# a run that failed without a failing assertion counts as one failure
 count_tap() {
 	local name=$1 out=$2 rc=$3 ok notok
 	ok=$(grep -c -E '^ *ok [0-9]+' <<<"$out")
@@ -43,80 +50,53 @@ count_tap() {
 	if [ "$rc" -ne 0 ] || [ "$notok" -ne 0 ]; then
 		[ "$notok" -eq 0 ] && failed=$((failed + 1))
 		failures+=("$name")
-		echo "$out" | grep -v -E '^ *ok [0-9]+' | tail -60
+		echo "$out" | grep -v -E '^ *ok [0-9]+' | tail -80
 	fi
 }
 
-# pg_regress (make regresscheck, sql/) or pg_isolation_regress (make
-# isolationcheck, test/isolation/specs) against the cluster in
-# PGHOST/PGPORT: one test per file
+# run_suite TARGET: a pg_regress or isolation target of the Makefile, on its
+# temporary instance; one assertion per test file
 run_suite() {
-	local kind=$1 label=$2 target=$3 diffs=$4 log=test/regress_out/$3-$2.log
-	mkdir -p test/regress_out
-	make -s "$target" >"$log" 2>&1
+	local target=$1 dir=$DIR-$1 log
+	log=$(bash test/as-postgres.sh "$dir" make -s "$target" 2>&1)
 	while read -r name result; do
-		if [ "$result" = ok ]; then
-			passed=$((passed + 1))
-		else
-			failed=$((failed + 1))
-			failures+=("$kind/$label/$name")
-		fi
-	done < <(sed -n -E 's/^(test| ) +([a-z0-9_]+) +\.\.\. +(ok|FAILED|failed).*/\2 \3/p' "$log")
-	if grep -q "FAILED\|failed" "$log"; then
-		head -200 "$diffs" 2>/dev/null
+		record "$target/$name" "$result"
+	done < <(sed -n -E 's/^(test| ) +([a-z0-9_]+) +\.\.\. +(ok|FAILED|failed).*/\2 \3/p' <<<"$log")
+	if ! grep -q -E "^ *All [0-9]+ tests passed" <<<"$log"; then
+		grep -q -E '\.\.\. +(FAILED|failed)' <<<"$log" || record "$target (did not run)" failed
+		echo "$log" | tail -20
+		cat "$dir"/test/*_out/regression.diffs 2>/dev/null | head -200
 	fi
 }
 
-# pgTAP: every assertion counts
-run_pgtap() {
-	local label=$1 f out
-	createdb "$DB"
-	psql -X -q -d "$DB" -c "CREATE EXTENSION pgtap; CREATE EXTENSION exactonce;" >/dev/null
-	for f in test/pgtap/*.sql; do
-		[ -e "$f" ] || continue
-		out=$(pg_prove -v -d "$DB" "$f" 2>&1)
-		grep -q "^Result: PASS" <<<"$out"
-		count_tap "pgtap/$label/$(basename "$f")" "$out" $?
-	done
-}
+# 1. the tree: formatted as pgindent would, free of warnings
+out=$(tools/pgindent --check 2>&1)
+record "pgindent --check" "$([ $? -eq 0 ] && echo ok || echo failed)"
+[ -z "$out" ] || echo "$out" | head -100
+make -s clean
+make -s COPT=-Werror >/dev/null 2>&1
+record "build with -Werror" "$([ $? -eq 0 ] && echo ok || echo failed)"
 
-trap 'test/cluster.sh stop "$DIR" 2>/dev/null; test/cluster.sh stop "$DIR_NOPRELOAD" 2>/dev/null' EXIT
+# 2. the build the tests run: with assertions
+make -s clean
+make -s COPT="-Werror -DUSE_ASSERT_CHECKING" || exit 1
+make -s install >/dev/null || exit 1
 
-# 1. with the workers preloaded
-test/cluster.sh start "$DIR" "$PORT" "exactonce.database = '$DB,${DB}2'" "exactonce.workers = 2" || {
-	cat "$DIR/server.log" 2>/dev/null
-	exit 1
-}
-export PGHOST=$DIR PGPORT=$PORT PGUSER=postgres
-export EXACTONCE_TEST_DIR=$DIR EXACTONCE_TEST_PORT=$PORT
-run_suite regress preloaded regresscheck test/regress_out/regression.diffs
-run_suite isolation preloaded isolationcheck test/isolation_out/regression.diffs
-run_pgtap preloaded
+# 3. pg_regress and isolation, with and without the preload
+run_suite regresscheck
+run_suite regresscheck-nopreload
+run_suite isolationcheck
+run_suite isolationcheck-nopreload
 
-# scripted tests: each prints TAP lines ("ok N - ..." / "not ok N - ...")
-for f in test/scripts/*.sh; do
-	[ -e "$f" ] || continue
-	out=$(bash "$f" 2>&1)
-	count_tap "scripts/$(basename "$f")" "$out" $?
-done
-test/cluster.sh stop "$DIR"
-
-# 2. without the preload: the same suites, flush() draining
-test/cluster.sh start "$DIR_NOPRELOAD" "$PORT_NOPRELOAD" "shared_preload_libraries = ''" || {
-	cat "$DIR_NOPRELOAD/server.log" 2>/dev/null
-	exit 1
-}
-export PGHOST=$DIR_NOPRELOAD PGPORT=$PORT_NOPRELOAD
-run_suite regress nopreload regresscheck test/regress_out/regression.diffs
-run_suite isolation nopreload isolationcheck test/isolation_out/regression.diffs
-run_pgtap nopreload
-test/cluster.sh stop "$DIR_NOPRELOAD"
-
-# 3. TAP tests, each starting clusters of its own
-TAPDIR=$DIR-tap
-out=$(bash test/tap.sh "$TAPDIR" 2>&1)
+# 4. TAP tests, each starting clusters of its own
+out=$(bash test/tap.sh "$DIR-tap" 2>&1)
 count_tap "tap" "$out" $?
-[ "$failed" -eq 0 ] || echo "TAP logs: $TAPDIR/tmp_check/log"
+[ "$failed" -eq 0 ] || echo "TAP logs: $DIR-tap/tmp_check/log"
+
+# 5. the Debian package, then the tested build again
+out=$(bash test/package.sh 2>&1)
+count_tap "package" "$out" $?
+make -s install >/dev/null || exit 1
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed"

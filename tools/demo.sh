@@ -122,7 +122,7 @@ say "== building tools/producer"
 make -s -C tools producer
 tools/producer --dry-run "${PRODUCER_ARGS[@]}" >/dev/null || exit 2
 
-# The cluster directory is wiped by test/cluster.sh: only ever touch one that
+# The cluster directory is wiped by tools/cluster.sh: only ever touch one that
 # this script made (it leaves a marker), or a new one.
 if [ -e "$DIR" ] && [ ! -e "$DIR/.exactonce-demo" ]; then
 	echo "demo: $DIR exists and was not made by this demo; choose another --dir" >&2
@@ -130,7 +130,7 @@ if [ -e "$DIR" ] && [ ! -e "$DIR/.exactonce-demo" ]; then
 fi
 if [ -f "$DIR/data/postmaster.pid" ]; then
 	say "== stopping the demo cluster left running in $DIR"
-	bash test/cluster.sh stop "$DIR"
+	bash tools/cluster.sh stop "$DIR"
 fi
 
 PRODUCER_PID=
@@ -152,9 +152,9 @@ cleanup() {
 	if [ "$CLUSTER_UP" = 1 ]; then
 		if [ "$KEEP" = 1 ]; then
 			say "cluster left running: PGHOST=$DIR PGPORT=$PORT psql -U postgres"
-			say "stop it with: bash test/cluster.sh stop $DIR"
+			say "stop it with: bash tools/cluster.sh stop $DIR"
 		else
-			bash test/cluster.sh stop "$DIR" || true
+			bash tools/cluster.sh stop "$DIR" || true
 		fi
 	fi
 	exit "$rc"
@@ -163,7 +163,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say "== starting a throwaway cluster in $DIR on port $PORT"
-bash test/cluster.sh start "$DIR" "$PORT" "${CONF[@]}"
+bash tools/cluster.sh start "$DIR" "$PORT" "${CONF[@]}"
 CLUSTER_UP=1
 touch "$DIR/.exactonce-demo"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/bench/run.sh: the exactonce benchmark, in one command (also "make bench").
 #
-# On a throwaway cluster (test/cluster.sh: fsync and synchronous_commit on,
+# On a throwaway cluster (tools/cluster.sh: fsync and synchronous_commit on,
 # shared_buffers 1GB, exactonce preloaded with two drain workers, the
 # pipeline's two key shards drained in parallel) and on the
 # same generated events -- 1M trade-risk events over 200k trades, ~10% exact
@@ -163,14 +163,14 @@ tools/producer --dry-run "${PRODUCER_MIX[@]}" >/dev/null || exit 2
 
 # ---------------------------------------------------------------- cluster
 
-# test/cluster.sh wipes its directory: only ever touch one this script made
+# tools/cluster.sh wipes its directory: only ever touch one this script made
 if [ -e "$DIR" ] && [ ! -e "$DIR/.exactonce-bench" ]; then
 	echo "bench: $DIR exists and was not made by this benchmark; choose another --dir" >&2
 	exit 2
 fi
 if [ -f "$DIR/data/postmaster.pid" ]; then
 	log "== stopping the benchmark cluster left running in $DIR"
-	bash test/cluster.sh stop "$DIR"
+	bash tools/cluster.sh stop "$DIR"
 fi
 
 CLUSTER_UP=0
@@ -188,10 +188,10 @@ cleanup() {
 	if [ "$CLUSTER_UP" = 1 ]; then
 		if [ "$KEEP" = 1 ]; then
 			log "cluster left running: PGHOST=$DIR PGPORT=$PORT psql -U postgres"
-			log "stop it with: bash test/cluster.sh stop $DIR"
+			log "stop it with: bash tools/cluster.sh stop $DIR"
 		else
 			cp "$DIR/server.log" "$OUT/server.log" 2>/dev/null || true
-			bash test/cluster.sh stop "$DIR" || true
+			bash tools/cluster.sh stop "$DIR" || true
 		fi
 	fi
 	exit "$rc"
@@ -200,7 +200,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log "== starting a throwaway cluster in $DIR on port $PORT"
-bash test/cluster.sh start "$DIR" "$PORT" "exactonce.database = 'postgres'" "exactonce.workers = 2"
+bash tools/cluster.sh start "$DIR" "$PORT" "exactonce.database = 'postgres'" "exactonce.workers = 2"
 CLUSTER_UP=1
 touch "$DIR/.exactonce-bench"
 

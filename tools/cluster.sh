@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# test/cluster.sh: a throwaway PostgreSQL 15 cluster for tests, benchmarks and
-# the demo, run as the postgres OS user (initdb refuses root).
+# tools/cluster.sh: a throwaway PostgreSQL 15 cluster for the demo and the
+# benchmark, run as the postgres OS user (initdb refuses root).  The tests
+# do not use it: they run on PostgreSQL's own harnesses.
 #
-#   test/cluster.sh start DIR PORT [extra postgresql.conf lines...]
-#   test/cluster.sh stop DIR [mode]
+#   tools/cluster.sh start DIR PORT [extra postgresql.conf lines...]
+#   tools/cluster.sh stop DIR [mode]
 #
 # The socket lives in DIR; connect with PGHOST=DIR PGPORT=PORT.
 set -euo pipefail
@@ -24,7 +25,7 @@ case "$cmd" in
 start)
 	port=$3; shift 3
 	if [ -f "$dir/data/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
-		echo "cluster.sh: a server is running in $dir; stop it first (test/cluster.sh stop $dir)" >&2
+		echo "cluster.sh: a server is running in $dir; stop it first (tools/cluster.sh stop $dir)" >&2
 		exit 1
 	fi
 	rm -rf "$dir"
