@@ -9,7 +9,7 @@ dir=$1
 shift
 rm -rf "$dir"
 mkdir -p "$dir"
-cp -r Makefile exactonce.control src sql expected test "$dir"/
+cp -r Makefile exactonce.control src sql expected test tools "$dir"/
 cd "$dir"
 if [ "$(id -u)" = 0 ]; then
 	chown -R postgres: "$dir"
