@@ -8,8 +8,6 @@
 #ifndef EXACTONCE_FAULT_H
 #define EXACTONCE_FAULT_H
 
-#include "postgres.h"
-
 /* stages that faults can be injected into */
 typedef enum FaultStage
 {

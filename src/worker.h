@@ -8,8 +8,6 @@
 #ifndef EXACTONCE_WORKER_H
 #define EXACTONCE_WORKER_H
 
-#include "postgres.h"
-
 extern void WorkerInit(void);
 extern void WorkerWake(void);
 extern void WorkerWakeAtCommit(void);

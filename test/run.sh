@@ -2,7 +2,9 @@
 # test/run.sh: run every exactonce test, as CI does.
 #
 # Installs what is missing (Debian bookworm), checks that src/ is
-# pgindent-clean and builds without warnings, then builds and installs the
+# pgindent-clean, builds without warnings and that each header stands alone
+# (make headerscheck: the headers include each other without a cycle), then
+# builds and installs the
 # extension with assertions (-DUSE_ASSERT_CHECKING), so that the tests
 # exercise the invariants each function asserts, and runs, each through
 # PostgreSQL's own harness and as the postgres OS user (test/as-postgres.sh):
@@ -76,6 +78,8 @@ record "pgindent --check" "$([ $? -eq 0 ] && echo ok || echo failed)"
 make -s clean
 make -s COPT=-Werror >/dev/null 2>&1
 record "build with -Werror" "$([ $? -eq 0 ] && echo ok || echo failed)"
+make -s headerscheck
+record "headers stand alone, without a cycle" "$([ $? -eq 0 ] && echo ok || echo failed)"
 
 # 2. the build the tests run: with assertions
 make -s clean
