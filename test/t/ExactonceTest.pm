@@ -21,8 +21,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(eo_node eo_setup eo_produce eo_produce_aborted eo_wait_drained
-  eo_drained_sql eo_check eo_half_drain eo_pause eo_resume eo_queue_partition
-  eo_alter_system);
+  eo_drained_sql eo_mismatches eo_check eo_half_drain eo_pause eo_resume
+  eo_queue_partition eo_alter_system);
 
 # distinct keys of the producer's events
 our $KEYS = 1000;
@@ -211,23 +211,34 @@ sub eo_wait_drained
 	return $node->poll_query_until($db, eo_drained_sql($pipeline));
 }
 
-# eo_check(node, db, label): the aggregates equal the oracle, and every row
-# sent was ingested once and accounted for.
-sub eo_check
+# eo_mismatches(node, db, pipeline, truth): how many rows of the pipeline's
+# aggregates (default "trades") and of the oracle computed from the table
+# of events truth (default "truth", with eo_setup's columns) are not in the
+# other.
+sub eo_mismatches
 {
-	my ($node, $db, $label) = @_;
-	my $diff = $node->safe_psql(
-		$db, q{
-WITH latest AS (SELECT DISTINCT ON (key) * FROM truth ORDER BY key, version DESC),
+	my ($node, $db, $pipeline, $truth) = @_;
+	$pipeline //= 'trades';
+	$truth //= 'truth';
+	return $node->safe_psql(
+		$db, qq{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM $truth ORDER BY key, version DESC),
 oracle AS (
 	SELECT risk_type, region, trade_desk,
 		3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level,
 		sum(value) AS total, count(*) AS keys
 	FROM latest WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
-agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM trades.aggregates)
+agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM $pipeline.aggregates)
 SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
 	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)});
-	is($diff, '0', "$label: aggregates equal the oracle");
+}
+
+# eo_check(node, db, label): the aggregates equal the oracle, and every row
+# sent was ingested once and accounted for.
+sub eo_check
+{
+	my ($node, $db, $label) = @_;
+	is(eo_mismatches($node, $db), '0', "$label: aggregates equal the oracle");
 	my $acct = $node->safe_psql(
 		$db, q{
 SELECT ingested || ' of ' || (SELECT coalesce(sum(n), 0) FROM sent) || ' sent; '

@@ -1,0 +1,213 @@
+# The resilience soak of the source material, and then some: a trade-risk
+# stream with duplicates, modifications that move trades, late stale
+# versions and tombstones is loaded at least once (a chunk whose COPY failed
+# is sent again), while faults are injected into every stage, drain workers
+# are killed with SIGKILL and the server is stopped with -m immediate.  The
+# aggregates must then equal the oracle computed from the generated events
+# (table truth), the accounting identity must hold, and the queue and
+# ledger must be empty.
+#
+# Sized for CI by default; bash test/resilience.sh runs it at full scale.
+# The environment sizes it:
+#   EXACTONCE_SOAK_EVENTS    distinct events (200000), 5 versions per trade
+#   EXACTONCE_SOAK_KILLS     SIGKILLs of a drain worker (6)
+#   EXACTONCE_SOAK_RESTARTS  immediate shutdowns (2)
+#   EXACTONCE_SOAK_FAULTS    failure probabilities of state, map and reduce
+#                            (0.05,0.05,0.05)
+#   EXACTONCE_SOAK_CHUNK     events per COPY (10000)
+#   EXACTONCE_SOAK_BATCH     exactonce.batch_size (2000)
+# The kills and shutdowns are spread evenly over the load.  It ends with a
+# line of figures: events/s, faults injected, kills survived, the verdict.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use ExactonceTest;
+
+my $events = $ENV{EXACTONCE_SOAK_EVENTS} // 200000;
+my $kills_wanted = $ENV{EXACTONCE_SOAK_KILLS} // 6;
+my $restarts_wanted = $ENV{EXACTONCE_SOAK_RESTARTS} // 2;
+my ($f_state, $f_map, $f_reduce) = split /,/, $ENV{EXACTONCE_SOAK_FAULTS} // '0.05,0.05,0.05';
+my $chunk_size = $ENV{EXACTONCE_SOAK_CHUNK} // 10000;
+my $batch = $ENV{EXACTONCE_SOAK_BATCH} // 2000;
+
+my $db = 'postgres';
+my $conf = "restart_after_crash = on\nmax_wal_size = 4GB\n";
+# the full-scale run keeps its working set in memory
+$conf .= "shared_buffers = 1GB\n" if $events >= 1_000_000;
+my $node = eo_node('resilience', conf => $conf);
+eo_setup($node, $db);
+my $work = PostgreSQL::Test::Utils::tempdir;
+
+# the stream: trades get versions 0..4, content a function of (trade,
+# version); 5% of later versions are tombstones; 10% of events are sent
+# twice; everything in random order, so late versions arrive after newer
+# ones.  The server writes it where this test reads it.
+my $trades = int($events / 5);
+$node->safe_psql(
+	$db, qq{
+INSERT INTO truth
+SELECT 't' || t, v, round((hashint8(t * 8 + v) % 2000000)::numeric / 100, 2),
+       (ARRAY['Delta','Gamma','Vega','Theta','Rho'])[1 + (t + v * (t % 2)) % 5],
+       (ARRAY['AMER','EMEA','APAC'])[1 + (t + v / 3) % 3],
+       (ARRAY['FXSpot','FXOption','Rates','Credit','Equity','Commodities'])[1 + (t / 7 + v) % 6],
+       v > 0 AND abs(hashint8(t * 31 + v)) % 20 = 0
+FROM generate_series(1, $trades) t, generate_series(0, 4) v;
+SELECT setseed(0.3);
+COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted
+      FROM (SELECT * FROM truth UNION ALL SELECT * FROM truth WHERE random() < 0.1) s
+      ORDER BY random()) TO '$work/stream.tsv';
+});
+my $sent = 0;
+{
+	open my $fh, '<', "$work/stream.tsv" or die "open stream: $!";
+	$sent++ while <$fh>;
+	close $fh;
+}
+my $chunks = int(($sent + $chunk_size - 1) / $chunk_size);
+
+eo_alter_system(
+	$node,
+	'exactonce.batch_size' => $batch,
+	'exactonce.fault_state' => $f_state,
+	'exactonce.fault_map' => $f_map,
+	'exactonce.fault_reduce' => $f_reduce);
+
+# failures injected since the server (re)started: the counters live in
+# shared memory, so they are added up before each kill and shutdown
+sub faults_now
+{
+	my ($rc, $out) = $node->psql($db, 'SELECT coalesce(sum(injected), 0) FROM exactonce.faults_injected()');
+	return $rc == 0 && $out =~ /^\d+$/ ? $out : 0;
+}
+
+# how many of $n actions are due once $i of the chunks are loaded, spread
+# evenly, the first after a fraction $start of the spacing
+sub due
+{
+	my ($i, $n, $start) = @_;
+	return 0 if $n == 0;
+	my $due = int($i * $n / $chunks + $start);
+	return $due > $n ? $n : $due;
+}
+
+# send(file): COPY a chunk until one COPY of it commits; only a server that
+# went away is a reason to send it again.  Returns whether it committed.
+my $resends = 0;
+sub send_chunk
+{
+	my ($file) = @_;
+	for (1 .. 50)
+	{
+		my ($rc, $out, $err) = $node->psql($db,
+			"\\copy trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) FROM '$file'");
+		return 1 if $rc == 0;
+		if ($err !~ /server closed|terminat|connect|shutting down|starting up|recovery mode/)
+		{
+			diag "chunk $file: $err";
+			return 0;
+		}
+		$resends++;
+		$node->poll_query_until($db, 'SELECT 1', '1');
+	}
+	return 0;
+}
+
+# the load, with the kills and immediate shutdowns spread over it
+my ($faults, $kills, $restarts, $ledger_max, $loaded_chunks) = (0, 0, 0, 0, 0);
+my $start = time;
+open my $stream, '<', "$work/stream.tsv" or die "open stream: $!";
+for my $i (1 .. $chunks)
+{
+	my $file = "$work/chunk";
+	open my $out, '>', $file or die "open $file: $!";
+	for (1 .. $chunk_size)
+	{
+		my $line = <$stream>;
+		last unless defined $line;
+		print $out $line;
+	}
+	close $out;
+	last unless send_chunk($file);
+	$loaded_chunks++;
+
+	my ($rc, $rows) = $node->psql($db, 'SELECT count(*) FROM trades.ledger');
+	$ledger_max = $rows if $rc == 0 && $rows > $ledger_max;
+
+	while ($kills < due($i, $kills_wanted, 0))
+	{
+		# a drain worker of this database, chosen at random
+		$node->poll_query_until($db,
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND datname = current_database()"
+		) or last;
+		my $pid = $node->safe_psql($db,
+			"SELECT pid FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND datname = current_database() ORDER BY random() LIMIT 1"
+		);
+		my $now = faults_now();
+		last unless $pid && kill 'KILL', $pid;
+		$kills++;
+		$faults += $now;
+		# the postmaster reinitializes; wait until the killed worker is gone
+		$node->poll_query_until($db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid")
+		  or last;
+	}
+	while ($restarts < due($i, $restarts_wanted, 0.5))
+	{
+		$faults += faults_now();
+		$node->stop('immediate');
+		$node->start;
+		$restarts++;
+	}
+}
+close $stream;
+my $loaded = time;
+is($loaded_chunks, $chunks, "every chunk was loaded ($sent events in $chunks chunks, $resends sent again)");
+is($kills, $kills_wanted, "a drain worker was killed with SIGKILL $kills times during the load");
+is($restarts, $restarts_wanted, "the server was stopped with -m immediate $restarts times during the load");
+
+# drain: wait, bounded by the size, until queue and staging are empty and
+# the queue partitions truncated
+my $drained = q{
+SELECT queued = 0 AND staged = 0 AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
+FROM exactonce.pipelines WHERE name = 'trades'};
+my $deadline = time + 120 + $events / 5000;
+until ($node->poll_query_until($db, $drained) || time > $deadline) { }
+my $done = time;
+$faults += faults_now();
+eo_alter_system(
+	$node,
+	'exactonce.batch_size' => undef,
+	'exactonce.fault_state' => undef,
+	'exactonce.fault_map' => undef,
+	'exactonce.fault_reduce' => undef);
+
+is($node->safe_psql($db, $drained), 't', 'the queue and the staged batches are empty');
+is(eo_mismatches($node, $db), '0',
+	"aggregates equal the oracle after $faults injected faults, $kills worker kills and $restarts immediate shutdowns");
+is( $node->safe_psql(
+		$db,
+		"SELECT ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= $sent FROM exactonce.pipelines WHERE name = 'trades'"
+	),
+	't',
+	'accounting identity holds, nothing dead-lettered, every event ingested');
+# the ledger keeps the tokens of the two queue partitions at most: its
+# bound is set by how far the workers lag, not by the volume
+is($node->safe_psql($db, 'SELECT count(*) FROM trades.ledger'), '0',
+	'the ledger is empty once everything is drained');
+cmp_ok($ledger_max, '<=', 2 * $events / $batch / 4 + 50,
+	"the ledger stayed bounded during the load (at most $ledger_max rows)");
+cmp_ok($faults, '>', 0, "faults were injected ($faults)");
+
+my $secs = $done - $start;
+diag(
+	sprintf(
+		'resilience: %d events (%d distinct) loaded in %.1f s, exact aggregates after %.1f s (%d events/s end to end); ledger at most %d rows; faults injected %d, kills survived %d, immediate shutdowns %d, chunks resent %d; verdict: %s',
+		$sent, $events, $loaded - $start, $secs, $sent / $secs, $ledger_max, $faults, $kills,
+		$restarts, $resends, Test::More->builder->is_passing ? 'exact' : 'FAILED'));
+
+$node->stop;
+done_testing();
