@@ -10,7 +10,7 @@
 -- random batches, with replays (a crash before the consumer recorded its
 -- progress) and rewinds (overlapping ranges), then drained and compared with
 -- an oracle.  Two consumers racing on one source are in
--- test/isolation/specs/ingest_race.spec, a crashing C consumer in test/scripts/consumer.sh.
+-- test/isolation/specs/ingest_race.spec, a crashing C consumer in test/t/014_consumer.pl.
 --
 -- Everything happens in one transaction that is rolled back.
 
