@@ -95,8 +95,9 @@ sub due
 	return $due > $n ? $n : $due;
 }
 
-# send(file): COPY a chunk until one COPY of it commits; only a server that
-# went away is a reason to send it again.  Returns whether it committed.
+# send_chunk(file): COPY a chunk until one COPY of it commits; only a
+# server that went away is a reason to send it again.  Returns whether it
+# committed.
 my $resends = 0;
 sub send_chunk
 {
@@ -175,7 +176,11 @@ my $drained = q{
 SELECT queued = 0 AND staged = 0 AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
 FROM exactonce.pipelines WHERE name = 'trades'};
 my $deadline = time + 120 + $events / 5000;
-until ($node->poll_query_until($db, $drained) || time > $deadline) { }
+my $is_drained;
+do
+{
+	$is_drained = $node->poll_query_until($db, $drained);
+} until ($is_drained || time > $deadline);
 my $done = time;
 $faults += faults_now();
 eo_alter_system(
