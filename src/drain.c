@@ -375,9 +375,7 @@ DrainPipeline(Pipeline *p)
 	}
 	ReduceWithRetry(p);
 
-	if (drain_rotation < rotation)
-		QueueRetire(p, drain_rotation);
-	QueueRetire(p, rotation);
+	QueueRetire(p, drain_rotation, rotation);
 	ProgressRecord(p, &no_counts, 0, rotation);
 	return total;
 }
@@ -413,7 +411,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 			r.sealing = true;
 			return r;
 		}
-		QueueRetire(p, drain_rotation);
+		QueueRetire(p, drain_rotation, drain_rotation);
 		ProgressRecord(p, &no_counts, 0, rotation);
 		r.worked = true;
 	}

@@ -549,23 +549,27 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 }
 
 /*
- * QueueRetire retires the partition of rotation, which every shard has
- * drained, in this transaction: it truncates the partition, which returns its
- * space at once, and forgets the ledger tokens of the batches taken from it
- * that are applied.  No retry can stage those batches again: their events
- * are gone with the partition.  Tokens still staged are forgotten by the
- * retirement of a later rotation.
+ * QueueRetire retires the partitions of rotations first to last, which every
+ * shard has drained, in this transaction: it truncates them, which returns
+ * their space at once, and forgets the ledger tokens of the batches taken
+ * from them that are applied.  No retry can stage those batches again: their
+ * events are gone with the partitions.  Tokens still staged are forgotten by
+ * the retirement of a later rotation.
  */
 void
-QueueRetire(Pipeline *p, int64 rotation)
+QueueRetire(Pipeline *p, int64 first, int64 last)
 {
-	int			slotno = (int) (rotation % EXACTONCE_SLOTS);
-
 	Assert(p->progress_locked);
-	if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
-							 quote_identifier(psprintf("ingest_%d", slotno))),
-					false, 0) < 0)
-		elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
-			 slotno, p->name);
-	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, rotation);
+	Assert(first <= last && last - first < EXACTONCE_SLOTS);
+	for (int64 rotation = first; rotation <= last; rotation++)
+	{
+		int			slotno = (int) (rotation % EXACTONCE_SLOTS);
+
+		if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
+								 quote_identifier(psprintf("ingest_%d", slotno))),
+						false, 0) < 0)
+			elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
+				 slotno, p->name);
+	}
+	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, last);
 }

@@ -95,6 +95,7 @@ StatementKept(StatementKey *key, const char *sql, Pipeline *p,
 			  StatementBuilder build, int nargs, const Oid *argtypes)
 {
 	StatementEntry *entry;
+	SPIPlanPtr	plan;
 	bool		found;
 
 	if (statements == NULL)
@@ -116,18 +117,15 @@ StatementKept(StatementKey *key, const char *sql, Pipeline *p,
 
 	if (sql == NULL)
 		sql = build(p);
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "could not prepare \"%s\": %s", sql,
-				 SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		/* entered only once prepared: a failed prepare leaves no entry */
-		entry = hash_search(statements, key, HASH_ENTER, &found);
-		Assert(!found);
-		entry->plan = plan;
-	}
+	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	/* entered only once prepared: a failed prepare leaves no entry */
+	entry = hash_search(statements, key, HASH_ENTER, &found);
+	Assert(!found);
+	entry->plan = plan;
 	return entry->plan;
 }
 

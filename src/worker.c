@@ -132,8 +132,8 @@ CheckDatabaseList(char **newval, void **extra, GucSource source)
 	}
 	foreach(lc, names)
 	{
-		for (ListCell *other = list_head(names); other != lc; other = lnext(names, other))
-			if (strcmp(lfirst(other), lfirst(lc)) == 0)
+		for (int i = 0; i < foreach_current_index(lc); i++)
+			if (strcmp(list_nth(names, i), lfirst(lc)) == 0)
 			{
 				GUC_check_errdetail("Database \"%s\" is listed twice.", (char *) lfirst(lc));
 				return false;
