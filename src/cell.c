@@ -15,7 +15,6 @@
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 
@@ -70,28 +69,32 @@ CellTableCreate(void)
 void
 CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys)
 {
-	StringInfoData buf;
 	CellKey		key;
 	Cell	   *cell;
 	bool		found;
+	char	   *w;
 
 	Assert(level >= 0 && level <= EXACTONCE_MAX_DIMENSIONS);
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, (char) level);
+
+	/* encoded in a buffer of its exact size: a table keeps many */
+	key.len = 1;
+	for (int i = 0; i < level; i++)
+		key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[i]));
+	key.data = w = palloc(key.len);
+	*w++ = (char) level;
 	for (int i = 0; i < level; i++)
 	{
 		text	   *t = (text *) DatumGetPointer(dims[i]);
 		uint32		len = VARSIZE_ANY_EXHDR(t);
 
-		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-		appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
+		memcpy(w, &len, sizeof(len));
+		memcpy(w + sizeof(len), VARDATA_ANY(t), len);
+		w += sizeof(len) + len;
 	}
-	key.data = buf.data;
-	key.len = buf.len;
 	cell = hash_search(cells, &key, HASH_ENTER, &found);
 	if (found)
 	{
-		pfree(buf.data);
+		pfree(key.data);
 		cell->total = NumericAdd(cell->total, total);
 		cell->keys += keys;
 		return;

@@ -22,6 +22,14 @@
  * applies the batch, so after a crash the batch is either wholly done or not
  * at all.
  *
+ * Batch size adapts to the load.  A batch takes what is queued for its
+ * shard, up to a limit: at a low rate that is a few events, for latency.
+ * With a backlog, each full batch doubles the shard's limit, up to
+ * exactonce.batch_size, because a large batch writes a key that comes back
+ * within it once and its cells once, for throughput; a batch whose memory
+ * exceeded exactonce.batch_memory halves it, since cells, not events, drive
+ * memory.  Memory is thus bounded by the batch, never by the backlog.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -45,8 +53,26 @@
 
 PG_FUNCTION_INFO_V1(exactonce_flush);
 
-/* exactonce.batch_size */
-static int	exactonce_batch_size = 10000;
+/* exactonce.batch_size and exactonce.batch_memory (kB) */
+static int	exactonce_batch_size = 100000;
+static int	exactonce_batch_memory = 65536;
+
+/* the first limit of a shard, and the smallest that memory may force */
+#define BATCH_FIRST			10000
+#define BATCH_SMALLEST		1000
+
+/* The batch limit of a shard of a pipeline in this process. */
+typedef struct BatchLimit
+{
+	int32		id;				/* hash key: pipeline and shard */
+	int32		shard;
+	int			limit;
+}			BatchLimit;
+
+static HTAB *batch_limits = NULL;
+
+/* One context for every batch of the process's life, reset for each. */
+static MemoryContext batch_cxt = NULL;
 
 #define TRANSIENT_RETRIES	8
 #define DATA_RETRIES		1
@@ -64,10 +90,75 @@ DrainInit(void)
 							"Maximum number of events taken from a queue in one batch.",
 							"Workers pick up a new value on reload; a session may set its own for flush().",
 							&exactonce_batch_size,
-							10000, 1, 1000000,
+							100000, 1, 1000000,
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("exactonce.batch_memory",
+							"Memory a batch may use before the next batch of its shard is made smaller.",
+							"Batches grow toward exactonce.batch_size while they stay within this.",
+							&exactonce_batch_memory,
+							65536, 1024, MAX_KILOBYTES,
+							PGC_USERSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+}
+
+/*
+ * BatchLimitOf returns the adaptive batch limit of a shard (see the file
+ * header), kept for the life of the process.
+ */
+static int *
+BatchLimitOf(Pipeline *p, int shard)
+{
+	BatchLimit	key = {p->id, shard, 0};
+	BatchLimit *bl;
+	bool		found;
+
+	if (batch_limits == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = 2 * sizeof(int32);
+		ctl.entrysize = sizeof(BatchLimit);
+		batch_limits = hash_create("exactonce batch limits", 16, &ctl,
+								   HASH_ELEM | HASH_BLOBS);
+	}
+	bl = hash_search(batch_limits, &key, HASH_ENTER, &found);
+	if (!found)
+		bl->limit = BATCH_FIRST;
+	bl->limit = Min(bl->limit, exactonce_batch_size);
+	return &bl->limit;
+}
+
+/*
+ * BatchMemory is the memory a batch holds once reduced: its events, deltas
+ * and cells, and the transaction's (SPI's statements and their results).
+ */
+static Size
+BatchMemory(void)
+{
+
+	return MemoryContextMemAllocated(batch_cxt, true) +
+		MemoryContextMemAllocated(TopTransactionContext, true);
+}
+
+/*
+ * BatchAdapt sets a shard's next limit from the batch just reduced: halved
+ * if it used more than exactonce.batch_memory, doubled if it was full and
+ * used less than half of it.
+ */
+static void
+BatchAdapt(int *limit, int64 taken, Size used)
+{
+	Size		budget = (Size) exactonce_batch_memory * 1024;
+
+	if (used > budget)
+		*limit = Max(*limit / 2, Min(BATCH_SMALLEST, exactonce_batch_size));
+	else if (taken >= *limit && used < budget / 2)
+		*limit = Min(*limit * 2, exactonce_batch_size);
+	elog(DEBUG1, "exactonce batch of " INT64_FORMAT " events used %zu kB; next limit %d",
+		 taken, used / 1024, *limit);
 }
 
 /*
@@ -263,25 +354,19 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /*
- * DrainBatch takes one batch of a shard's events from the partition of
+ * DrainBatch takes up to max events of a shard from the partition of
  * pos->rotation, after pos, through state and map, adding what happened to
  * counts.  It moves pos past the rows it read; when the batch comes up short
  * the partition is exhausted for the shard.
  */
 static DrainResult
-DrainBatch(Pipeline *p, int shard, QueuePosition *pos, StageCounts *counts)
+DrainBatch(Pipeline *p, int shard, QueuePosition *pos, int max, StageCounts *counts)
 {
-	int			max = exactonce_batch_size;
-	static MemoryContext batch_cxt = NULL;
 	MemoryContext old;
 	Event	   *events;
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 
-	/*
-	 * One context for every batch of the backend's life, reset for each; its
-	 * first 8 MB stay allocated, so a batch does not fault its memory in
-	 * anew.
-	 */
+	/* its first 8 MB stay allocated: a batch does not fault them in anew */
 	if (batch_cxt == NULL)
 		batch_cxt = AllocSetContextCreate(TopMemoryContext, "exactonce batch",
 										  8 * 1024 * 1024, 8 * 1024 * 1024,
@@ -311,6 +396,7 @@ static int64
 DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 {
 	int64		total = 0;
+	int		   *limit = BatchLimitOf(p, shard);
 
 	/*
 	 * Each batch is reduced at once, in an SPI connection of its own whose
@@ -323,10 +409,11 @@ DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 		DrainResult r;
 
 		SPI_connect();
-		r = DrainBatch(p, shard, pos, &counts);
+		r = DrainBatch(p, shard, pos, *limit, &counts);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		if (r.taken > 0)
 			ReduceWithRetry(p);
+		BatchAdapt(limit, r.taken, BatchMemory());
 		SPI_finish();
 		total += r.taken;
 		if (r.exhausted)
@@ -443,6 +530,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	bool		paused;
 	StageCounts counts = {0};
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
+	int		   *limit;
 
 	/*
 	 * Whoever else holds the shard (a flush, a caller of the stages) may hold
@@ -482,13 +570,15 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 			r.sealing = true;
 			return r;
 		}
-		r = DrainBatch(p, shard, &pos, &counts);
+		limit = BatchLimitOf(p, shard);
+		r = DrainBatch(p, shard, &pos, *limit, &counts);
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
 		ProgressShardRecord(p, shard, &pos, r.taken);
 		ProgressTryLock(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);
+		BatchAdapt(limit, r.taken, BatchMemory());
 		return r;
 	}
 

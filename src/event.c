@@ -74,6 +74,7 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	Datum		d;
 	bool		isnull;
 
+	ev->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
 		if (attnums[i] == 0)

@@ -25,7 +25,7 @@ typedef struct Event
 	bool		deleted;
 	TimestampTz event_time;
 	int			ord;			/* arrival order within the batch */
-	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* text */
+	Datum	   *dims;			/* text, one per dimension */
 } Event;
 
 /* The effect of one state transition on one leaf cell. */
@@ -35,7 +35,9 @@ typedef struct Delta
 	int64		version;
 	Numeric		total;
 	int64		keys;
-	Datum		cell[EXACTONCE_MAX_DIMENSIONS]; /* text */
+	Datum	   *cell;			/* text, one per dimension; shared with the
+								 * event or state row it comes from, never
+								 * changed */
 } Delta;
 
 /* What the state stage did with a batch. */

@@ -271,6 +271,7 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("delta %d names a cell of %d values, pipeline \"%s\" has %d dimensions",
 							i + 1, ncell, p->name, p->ndims)));
+		deltas[i].cell = palloc(sizeof(Datum) * Max(p->ndims, 1));
 		for (int d = 0; d < ncell; d++)
 		{
 			if (cellnulls[d])

@@ -28,10 +28,9 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "storage/latch.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 
@@ -102,16 +101,6 @@ ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 }
 
 /*
- * BuildProgressTryLock: lock the progress row unless someone else holds it.
- */
-static const char *
-BuildProgressTryLock(Pipeline *p)
-{
-	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE SKIP LOCKED",
-					quote_identifier(p->name));
-}
-
-/*
  * ProgressHolder describes the transaction that holds the progress row: a
  * process, a prepared transaction, or one that cannot be told.
  */
@@ -143,35 +132,44 @@ ProgressHolder(Pipeline *p)
  * ProgressTryLock is ProgressLock for the workers.  The shards of a
  * pipeline hold its progress row from reduce to commit, which is short; a
  * caller may hold it for long (a flush, pause() in a transaction left open,
- * a prepared transaction).  So it tries for about a second, then gives up
- * with LOCK_NOT_AVAILABLE naming the holder: the worker backs off this
- * pipeline and serves the others.
+ * a prepared transaction).  So the worker waits on the row lock, woken the
+ * moment its holder ends, but no longer than its lock_timeout (about a
+ * second); then it gives up with LOCK_NOT_AVAILABLE naming the holder: the
+ * worker backs off this pipeline and serves the others.  The wait runs in a
+ * subtransaction so that its timeout can be caught and told in those words.
  */
 void
 ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
-	SPIPlanPtr	plan = StatementPrepare(p, BuildProgressTryLock, 0, NULL);
-	int			waited = 0;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		timed_out = false;
 
-	for (int attempt = 0;; attempt++)
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
 	{
-		int			ms = 1 << Min(attempt, 6);
-
-		StatementExec(plan, NULL, NULL, -1);
-		if (SPI_processed == 1)
-		{
-			ProgressFromRow(rotation, drain_rotation, paused);
-			p->progress_locked = true;
-			return;
-		}
-		if (waited >= 1000)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		waited += ms;
+		ProgressLock(p, rotation, drain_rotation, paused);
+		ReleaseCurrentSubTransaction();
 	}
+	PG_CATCH();
+	{
+		ErrorData  *err;
+
+		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
+		if (err->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		timed_out = true;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	if (!timed_out)
+		return;
+	p->progress_locked = false;
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("pipeline \"%s\" is held by %s", p->name, ProgressHolder(p)),

@@ -71,7 +71,7 @@ typedef struct KeyState
 	/* latest mode */
 	Numeric		value;
 	bool		deleted;
-	Datum		dims[EXACTONCE_MAX_DIMENSIONS];
+	Datum	   *dims;			/* text; shared with the event it comes from */
 	/* accumulate mode */
 	Numeric		total;
 	int64		events;
@@ -213,7 +213,7 @@ AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int
 	d->version = version;
 	d->total = total;
 	d->keys = keys;
-	memcpy(d->cell, cell, sizeof(Datum) * w->p->ndims);
+	d->cell = cell;
 }
 
 /*
@@ -269,6 +269,7 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 	{
 		ks->value = DatumGetNumericCopy(slot_getattr(slot, w->attnums[EV_VALUE], &isnull));
 		ks->deleted = DatumGetBool(slot_getattr(slot, w->attnums[EV_DELETED], &isnull));
+		ks->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
 		for (int i = 0; i < p->ndims; i++)
 			ks->dims[i] = PointerGetDatum(DatumGetTextPCopy(slot_getattr(slot, w->attnums[EV_DIM0 + i], &isnull)));
 	}
@@ -330,7 +331,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 			cur.version = ev->version;
 			cur.value = ev->value;
 			cur.deleted = ev->deleted;
-			memcpy(cur.dims, ev->dims, sizeof(Datum) * p->ndims);
+			cur.dims = ev->dims;
 			changed = true;
 		}
 	}
