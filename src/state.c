@@ -297,6 +297,22 @@ SameContent(Pipeline *p, Event *ev, KeyState *ks)
 }
 
 /*
+ * CellCmp orders two cells as the token does: value by value, as TextCmp.
+ */
+static int
+CellCmp(Pipeline *p, Datum *a, Datum *b)
+{
+	for (int i = 0; i < p->ndims; i++)
+	{
+		int			c = TextCmp((text *) DatumGetPointer(a[i]), (text *) DatumGetPointer(b[i]));
+
+		if (c != 0)
+			return c;
+	}
+	return 0;
+}
+
+/*
  * ApplyLatest handles one key's run of events in latest mode.
  */
 static void
@@ -306,6 +322,8 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	KeyState	before,
 				cur;
 	bool		changed = false;
+	bool		leaves,
+				enters;
 
 	ReadKeyState(w, run[0]->key, &before);
 	cur = before;
@@ -340,9 +358,23 @@ ApplyLatest(StateWork *w, Event **run, int n)
 
 	w->rowkeys[w->nrows] = run[0]->key;
 	w->rowstates[w->nrows++] = cur;
-	if (before.exists && !before.deleted)
+	leaves = before.exists && !before.deleted;
+	enters = !cur.deleted;
+
+	/*
+	 * The key's deltas in the order of the batch's token (map.c): by cell,
+	 * the leaving one first within a cell.  Keys come sorted, so the deltas
+	 * of the batch are then sorted already, which the token's sort checks in
+	 * one pass.
+	 */
+	if (leaves && enters && CellCmp(p, before.dims, cur.dims) > 0)
+	{
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1);
+		enters = false;
+	}
+	if (leaves)
 		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1);
-	if (!cur.deleted)
+	if (enters)
 		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1);
 }
 
