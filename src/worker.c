@@ -36,7 +36,7 @@
  * (ProgressTryLock), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
  * for any other lock.  Then it backs off that pipeline and serves the
  * others.  While the inserters of a rotated queue partition are still open
- * it looks again after 5 ms, doubling up to exactonce.naptime.
+ * it looks again after 1 ms, doubling up to exactonce.naptime.
  *
  *-------------------------------------------------------------------------
  */
@@ -101,7 +101,7 @@ typedef struct Backoff
 static HTAB *backoffs = NULL;
 static bool reset_caches = false;	/* a pipeline this worker served is gone */
 
-#define EXACTONCE_SEAL_POLL_MS	5	/* first sleep while waiting for inserters
+#define EXACTONCE_SEAL_POLL_MS	1	/* first sleep while waiting for inserters
 									 * to end */
 #define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another
 										 * session holds */
