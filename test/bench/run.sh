@@ -13,6 +13,19 @@
 #   2. the naive SQL pipeline of test/bench/naive.sql, as written (on a prefix
 #      of the events by default: the planner trap makes it too slow for all)
 #      and tuned (enable_nestloop = off for the drain);
+#   2c. a trigger pipeline (test/bench/trigger.sql): no queue, a statement-level
+#      AFTER INSERT trigger with a transition table applies what is inserted
+#      into trig.ingest to per-trade state and the rollup, in the inserting
+#      transaction; timed as the COPY of the event file into trig.ingest;
+#   2d. PgQ (the pgq extension, Debian postgresql-15-pgq3; skipped with a note
+#      when it is not installed) with a SQL consumer (test/bench/pgq.sql):
+#      enqueue, timed alone (the events as PgQ events with JSON data, COPYed
+#      into the queue's event table, a transaction and a pgq.ticker() per
+#      10,000 events), then pgqc.consume() taking batch after batch through
+#      pgq.next_batch / get_batch_events / finish_batch, reported end to end
+#      (enqueue + consume);
+#      both apply the events with naive.sql's rules and, but for one join, its
+#      statement (--no-peers skips both);
 #   3. exactonce's background worker draining a pre-loaded queue (the pipeline
 #      paused, the file COPYed into trades.ingest, resumed, timed until the
 #      pipeline has taken every event and staged none, polled every 50 ms);
@@ -54,6 +67,7 @@ Runs:
                     only (default 100000; 0 = all events): as written it needs
                     ~17 s for the first 100k events on 2 cores and slows down
   --no-naive        skip both naive runs
+  --no-peers        skip the trigger pipeline and PgQ runs
   --no-sustained    skip the sustained runs
   --perf            after the runs, profile one more worker drain with perf and
                     print the top of the profile
@@ -76,6 +90,7 @@ RATE=50000
 TARGET_RATE=150000
 NAIVE_PREFIX=100000
 NAIVE=1
+PEERS=1
 SUSTAINED=1
 PERF=0
 DIR=/tmp/exactonce-bench
@@ -84,6 +99,9 @@ OUT=
 BUILD=1
 KEEP=0
 BATCH=5000			# producer batch (events per COPY transaction); fixed so every run has the same events
+# events per PgQ enqueue transaction, each followed by a tick, so each is one
+# consumer batch: the batch of naive.drain (pgqd would tick about once a second)
+PGQ_BATCH=10000
 
 need_arg() { [ $# -ge 2 ] || { echo "bench: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -95,6 +113,7 @@ while [ $# -gt 0 ]; do
 	--target-rate) need_arg "$@"; TARGET_RATE=$2; shift 2 ;;
 	--naive-prefix) need_arg "$@"; NAIVE_PREFIX=$2; shift 2 ;;
 	--no-naive) NAIVE=0; shift ;;
+	--no-peers) PEERS=0; shift ;;
 	--no-sustained) SUSTAINED=0; shift ;;
 	--perf) PERF=1; shift ;;
 	--dir) need_arg "$@"; DIR=$2; shift 2 ;;
@@ -267,6 +286,9 @@ label() {
 	copy) echo "COPY into a plain table" ;;
 	naive_written) echo "naive SQL, as written" ;;
 	naive_tuned) echo "naive SQL, tuned" ;;
+	trigger) echo "trigger pipeline (SQL)" ;;
+	pgq_enqueue) echo "PgQ enqueue" ;;
+	pgq) echo "PgQ enqueue + consume" ;;
 	eo_workers) echo "exactonce worker drain" ;;
 	eo_flush) echo "exactonce flush()" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
@@ -379,19 +401,21 @@ SQL
 	log "   $VERDICT; $COUNTERS"
 }
 
-# check_naive TRUTH TRUTH_STATE EVENTS: naive.aggregates and naive.state against a truth
-check_naive() {
+# check_peer SCHEMA TRUTH TRUTH_STATE EVENTS: SCHEMA.aggregates and
+# SCHEMA.state of a SQL peer (naive, trig, pgqc) against a truth, and the
+# events SCHEMA.progress says it applied
+check_peer() {
 	local agg st taken fails=()
 	IFS='|' read -r agg st taken < <(sql -F '|' <<SQL
-SELECT bench.diff('naive.aggregates', '$1'),
-       bench.diff('(SELECT key COLLATE "C", version, value, risk_type, region, trade_desk, deleted FROM naive.state) s',
-                  '(SELECT key COLLATE "C", version, value, risk_type, region, trade_desk, deleted FROM $2) t'),
-       (SELECT events FROM naive.progress);
+SELECT bench.diff('(SELECT risk_type, region, trade_desk, level, total, keys FROM $1.aggregates) a', '$2'),
+       bench.diff('(SELECT key COLLATE "C", version, value, risk_type, region, trade_desk, deleted FROM $1.state) s',
+                  '(SELECT key COLLATE "C", version, value, risk_type, region, trade_desk, deleted FROM $3) t'),
+       (SELECT events FROM $1.progress);
 SQL
 )
 	[ "$agg" = 0 ] || fails+=("$agg aggregate rows differ from the truth")
 	[ "$st" = 0 ] || fails+=("$st state rows differ from the truth")
-	[ "$taken" = "$3" ] || fails+=("drained $taken of $3 events")
+	[ "$taken" = "$4" ] || fails+=("applied $taken of $4 events")
 	if [ ${#fails[@]} = 0 ]; then VERDICT="PASS"; else VERDICT="FAIL: $(IFS=';'; echo "${fails[*]}")"; fi
 	log "   $VERDICT"
 }
@@ -468,7 +492,7 @@ SQL
 	else
 		timed "bench-$run" "CALL naive.drain();"
 	fi
-	check_naive "$truth" "$truth_state" "$n"
+	check_peer naive "$truth" "$truth_state" "$n"
 	[ "$n" = "$EVENTS" ] || note="first $(th "$n") events only"
 	record "$run" "$n" "$SECS" "$WAL" "$MEM_KB" "$CPU_S" "$VERDICT" "$note"
 	R_SIZES[$run]="$(sizes naive.queue naive.state naive.aggregates); state $(autovac naive.state)"
@@ -481,6 +505,98 @@ if [ "$NAIVE" = 1 ]; then
 	log "== 2b. naive SQL pipeline tuned (enable_nestloop = off), all events"
 	naive_run naive_tuned "$EV" "$EVENTS" 1
 	sql -c "DROP SCHEMA naive CASCADE" 2>/dev/null
+fi
+
+# ---------------------------------------------------------------- 2c, 2d. peers
+
+# trigger_run: the trigger pipeline of test/bench/trigger.sql.  Its trigger
+# applies the events inside the COPY that inserts them: the COPY of the event
+# file into trig.ingest is the whole pipeline, timed in its session.
+trigger_run() {
+	sql -c "DROP SCHEMA IF EXISTS trig CASCADE" 2>/dev/null
+	sql -f test/bench/trigger.sql
+	sql -c "CHECKPOINT"
+	timed bench-trigger "COPY trig.ingest ($COLS) FROM '$EV';"
+	check_peer trig bench.truth bench.truth_state "$EVENTS"
+	record trigger "$EVENTS" "$SECS" "$WAL" "$MEM_KB" "$CPU_S" "$VERDICT" \
+		"one COPY; its statement-level trigger ran $(sql -c "SELECT statements FROM trig.progress")x"
+	R_SIZES[trigger]="$(sizes trig.ingest trig.state trig.aggregates); state $(autovac trig.state)"
+	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s"
+}
+
+# pgq_run: PgQ, queue and consumer of test/bench/pgq.sql.  The enqueue and the
+# consume are timed apart, each in its session; the second row adds them up
+# (end to end: every event in the queue, then in the aggregates).
+pgq_run() {
+	local f stmts="" e_secs e_wal e_mem e_cpu evtable n batches note
+	sql -c "DROP SCHEMA IF EXISTS pgqc CASCADE" -c "DROP EXTENSION IF EXISTS pgq CASCADE" 2>/dev/null
+	sql -c "CREATE EXTENSION pgq"
+	sql -f test/bench/pgq.sql >/dev/null
+	# The events as PgQ events (ev_time, ev_type, ev_data as JSON), in the
+	# event file's order, in files of PGQ_BATCH events.  Untimed: the
+	# encoding is the producer's work, as the COPY format of the event file
+	# is for the other runs.
+	sql <<SQL
+CREATE TEMP TABLE ev (n bigint GENERATED ALWAYS AS IDENTITY, key text, version bigint, value numeric,
+                      risk_type text, region text, trade_desk text, deleted boolean, event_time timestamptz);
+COPY ev ($COLS) FROM '$EV';
+COPY (SELECT event_time, 'trade',
+             pgqc.encode(ROW(key, version, value, risk_type, region, trade_desk, deleted)::pgqc.event)
+        FROM ev ORDER BY n) TO '$DIR/pgq_events.copy';
+SQL
+	rm -rf "$DIR/pgq"
+	mkdir "$DIR/pgq"
+	split -l "$PGQ_BATCH" -d -a 6 "$DIR/pgq_events.copy" "$DIR/pgq/events."
+	rm -f "$DIR/pgq_events.copy"
+	chmod -R a+rX "$DIR/pgq"
+	# per file, a transaction COPYing it into the queue's current event table
+	# (valid for the transaction only: PgQ rotates its tables), then a tick
+	for f in "$DIR"/pgq/events.*; do
+		stmts+="BEGIN;
+SELECT pgq.current_event_table('bench') AS evtable \\gset
+COPY :evtable (ev_time, ev_type, ev_data) FROM '$f';
+COMMIT;
+SELECT pgq.ticker('bench') \\g /dev/null
+"
+	done
+	sql -c "CHECKPOINT"
+	timed bench-pgq-enqueue "$stmts"
+	evtable=$(sql -c "SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = 'bench'")
+	n=$(sql -c "SELECT count(*) FROM $evtable")
+	if [ "$n" = "$EVENTS" ]; then VERDICT="PASS (rows)"; else VERDICT="FAIL: $n events in the queue"; fi
+	record pgq_enqueue "$EVENTS" "$SECS" "$WAL" "$MEM_KB" "$CPU_S" "$VERDICT" \
+		"COPY into the event table, a transaction and a tick per $(th "$PGQ_BATCH") events"
+	R_SIZES[pgq_enqueue]="$(sizes "$evtable"_0 "$evtable"_1 "$evtable"_2)"
+	log "   enqueue: $(th "$(calc "%f" "$EVENTS / $SECS")") events/s"
+	e_secs=$SECS; e_wal=$WAL; e_mem=$MEM_KB; e_cpu=$CPU_S
+
+	sql -c "CHECKPOINT"
+	timed bench-pgq-consume "CALL pgqc.consume();"
+	check_peer pgqc bench.truth bench.truth_state "$EVENTS"
+	batches=$(sql -c "SELECT batches FROM pgqc.progress")
+	log "   consume: $(th "$(calc "%f" "$EVENTS / $SECS")") events/s in $batches batches"
+	note="consume alone $(th "$(calc "%f" "$EVENTS / $SECS")") events/s, $batches batches"
+	record pgq "$EVENTS" "$(calc "%.3f" "$e_secs + $SECS")" "$(calc "%.0f" "$e_wal + $WAL")" \
+		"$(awk -v a="$e_mem" -v b="$MEM_KB" 'BEGIN { print (a + 0 > b + 0) ? a : b }')" \
+		"$(awk -v a="$e_cpu" -v b="$CPU_S" 'BEGIN { print (a < 0 || b < 0) ? -1 : a + b }')" "$VERDICT" "$note"
+	R_SIZES[pgq]="$(sizes "$evtable"_0 "$evtable"_1 "$evtable"_2 pgqc.state pgqc.aggregates); state $(autovac pgqc.state)"
+	rm -rf "$DIR/pgq"
+	log "   end to end: $(th "$(calc "%f" "$EVENTS / ${R_SECS[pgq]}")") events/s"
+}
+
+PGQ_MISSING=
+if [ "$PEERS" = 1 ]; then
+	log "== 2c. trigger pipeline: COPY into trig.ingest, a statement-level trigger applies it"
+	trigger_run
+	sql -c "DROP SCHEMA trig CASCADE" 2>/dev/null
+	if [ -e "$(pg_config --sharedir)/extension/pgq.control" ]; then
+		log "== 2d. PgQ: enqueue, then a SQL consumer takes the batches"
+		pgq_run
+		sql -c "DROP SCHEMA pgqc CASCADE" -c "DROP EXTENSION pgq CASCADE" 2>/dev/null
+	else
+		PGQ_MISSING="PgQ not measured: the pgq extension is not installed (Debian: postgresql-15-pgq3)"
+		log "== 2d. $PGQ_MISSING"
+	fi
 fi
 
 # ---------------------------------------------------------------- 3. exactonce workers
@@ -831,7 +947,7 @@ for run in "${RUNS[@]}"; do
 done
 say ""
 say "notes on the table:"
-say "  events/s: COPY, naive and flush are timed inside their session; the worker drain from resume() to the first"
+say "  events/s: COPY, naive, flush and the peers are timed inside their session; the worker drain from resume() to the first"
 say "  50 ms poll seeing every event ingested and none staged (the full view, whose queued scans the queue, every"
 say "  20th poll only; a poll took ${VIEW_POLL_MS} ms on average); sustained from the first event sent to the probe seeing all events"
 say "  aggregated. WAL: pg_current_wal_lsn() difference over the timed span (drains only: the queue load is not in it;"
@@ -842,6 +958,18 @@ say "  COPY into $PIPE.ingest (the exactonce queue, paused) ran at $(th "$(calc 
 	say "  naive as written ran on the first $(th "$NAIVE_PREFIX") events only (--naive-prefix): all $(th "$EVENTS") would take at least
   $(calc "%.0f" "$EVENTS / $(rate_of naive_written)") s at its rate on the prefix, and it slows down as it goes. Its truth is the SQL oracle over
   that prefix (the same oracle over all events equals the producer's truth: $([ "$oracle_ok" = 0 ] && echo yes || echo NO))."
+if [ "$PEERS" = 1 ]; then
+	say "  trigger pipeline: one COPY of all events into trig.ingest, whose statement-level trigger applies them in the same"
+	say "  statement (test/bench/trigger.sql): the COPY's time is the pipeline's."
+	if [ -z "$PGQ_MISSING" ]; then
+		say "  PgQ: the enqueue COPYs the events, encoded beforehand as PgQ events with JSON data, into the queue's event table,"
+		say "  a transaction and a pgq.ticker() (pgqd's work) per $(th "$PGQ_BATCH") events; the consumer (test/bench/pgq.sql) then takes a"
+		say "  batch per tick.  Enqueue + consume: the sum of the two timed spans and of their WAL, the higher peak mem, the two"
+		say "  sessions' CPU over both spans."
+	else
+		say "  $PGQ_MISSING"
+	fi
+fi
 say "  exactonce counters (worker drain): $EO_COUNTERS"
 say ""
 say "table sizes at the end of each run (pg_total_relation_size):"
@@ -859,6 +987,10 @@ say "  exactonce worker drain / COPY        $r_copy   target >= 0.25 (stretch 0.
 say "  exactonce worker drain / naive tuned $r_naive   target >= 2: $(met "$r_naive" 2)"
 say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / naive tuned $(ratio eo_flush naive_tuned)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
+if [ "$PEERS" = 1 ]; then
+	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"
+	say "    (the trigger's and PgQ's figures include their ingest, the worker drain's does not: its queue was loaded before)"
+fi
 
 if [ "$SUSTAINED" = 1 ]; then
 	say ""
