@@ -32,7 +32,7 @@
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
-#      target's 150,000 events/s, and at its maximum rate, while the workers
+#      target's 200,000 events/s, and at its maximum rate, while the workers
 #      drains; sampled every 200 ms, with insert->aggregate latency per
 #      producer batch;
 #
@@ -62,7 +62,7 @@ Events:
 Runs:
   --rate N          offered rate of the fixed-rate sustained run (default 50000)
   --target-rate N   offered rate of a second fixed-rate run, the sustained
-                    throughput target (default 150000; 0 = no such run)
+                    throughput target (default 200000; 0 = no such run)
   --naive-prefix N  run the naive pipeline "as written" on the first N events
                     only (default 100000; 0 = all events): as written it needs
                     ~17 s for the first 100k events on 2 cores and slows down
@@ -87,7 +87,7 @@ EVENTS=1000000
 TRADES=
 SEED=42
 RATE=50000
-TARGET_RATE=150000
+TARGET_RATE=200000
 NAIVE_PREFIX=100000
 NAIVE=1
 PEERS=1
@@ -724,6 +724,10 @@ if [ "$PERF" = 1 ]; then
 	wait "$PERF_PID" 2>/dev/null || true
 	check_exactonce
 	[ "$VERDICT" = PASS ] || { FAILED=1; say "the profiled worker drain was not exact: $VERDICT"; }
+	# the flame graph of the same profile (test/bench/flamegraph.py)
+	perf script -i "$OUT/perf.data" 2>/dev/null |
+		python3 test/bench/flamegraph.py "exactonce drain workers, $(th "$EVENTS") events over $(th "$TRADES") keys, $(date -u +%Y-%m-%d) $(git rev-parse --short HEAD 2>/dev/null)" \
+		>"$OUT/flame-drain.svg" 2>"$OUT/flame-drain.err" || rm -f "$OUT/flame-drain.svg"
 	# self time per (object, symbol); addresses in an exactonce.so that was
 	# replaced on disk are resolved with addr2line on the copy taken above
 	perf report -i "$OUT/perf.data" --stdio --no-children -g none --sort dso,symbol --percent-limit 0 \
@@ -1042,6 +1046,7 @@ if [ "$PERF" = 1 ] && [ -s "$OUT/perf-worker.txt" ]; then
 		head -n 20 "$OUT/perf-worker-inclusive.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
 	fi
 	say "  (full: $OUT/perf-worker.txt, data: $OUT/perf.data)"
+	[ ! -s "$OUT/flame-drain.svg" ] || say "  flame graph: $OUT/flame-drain.svg"
 fi
 
 say ""
