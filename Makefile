@@ -17,6 +17,7 @@ OBJS = \
 	src/ledger.o \
 	src/queue.o \
 	src/state.o \
+	src/probe.o \
 	src/map.o \
 	src/reduce.o \
 	src/drain.o \

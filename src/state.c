@@ -54,6 +54,7 @@
 
 #include "event.h"
 #include "fault.h"
+#include "probe.h"
 #include "progress.h"
 #include "queue.h"
 #include "state.h"
@@ -99,7 +100,8 @@ typedef struct StateWork
 	/* index probes */
 	Relation	rel;
 	Relation	index;
-	IndexScanDesc scan;
+	KeyProbe   *probe;			/* keys in order (probe.c), or NULL */
+	IndexScanDesc scan;			/* keys one by one */
 	TupleTableSlot *slot;
 	Relation	seen_rel;
 	Relation	seen_index;
@@ -256,8 +258,20 @@ static void
 ReadKeyState(StateWork *w, text *key, KeyState *ks)
 {
 	Pipeline   *p = w->p;
-	TupleTableSlot *slot = Probe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
+	TupleTableSlot *slot = NULL;
 	bool		isnull;
+
+	switch (w->probe ? KeyProbeFetch(w->probe, key, w->slot) : KEY_UNSURE)
+	{
+		case KEY_FOUND:
+			slot = w->slot;
+			break;
+		case KEY_ABSENT:
+			break;
+		case KEY_UNSURE:
+			slot = Probe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
+			break;
+	}
 
 	memset(ks, 0, sizeof(KeyState));
 	if (slot == NULL)
@@ -700,6 +714,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims : 7);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
+	w->probe = KeyProbeBegin(w->rel, w->index, snap);
 	w->scan = index_beginscan(w->rel, w->index, snap, 1, 0);
 	w->slot = table_slot_create(w->rel, NULL);
 	desc = RelationGetDescr(w->rel);
@@ -796,6 +811,9 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 			ApplyAccumulate(&w, &sorted[i], j - i);
 		i = j;
 	}
+	/* the last leaf page it searched stays pinned until then */
+	if (w.probe)
+		KeyProbeEnd(w.probe);
 	WriteState(&w);
 	if (w.nseen > 0)
 		WriteSeen(&w);

@@ -46,6 +46,9 @@
 #include <libpq-fe.h>
 
 #define MAX_PIDS 8				/* processes sampled at once */
+#define FULL_EVERY 100			/* samples per full sample of the view, whose
+								 * queued column scans the queue: every 5 s at
+								 * 50 ms */
 
 static volatile sig_atomic_t stop_requested = 0;
 
@@ -399,7 +402,7 @@ main(int argc, char **argv)
 						ResetHWM(pid);
 				}
 			}
-			if (pipeline && nsamples % 20 != 0)
+			if (pipeline && nsamples % FULL_EVERY != 0)
 			{
 				/* between full samples, only what the stop test needs: the
 				 * view counts the queue with a scan, which would compete

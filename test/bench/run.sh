@@ -622,7 +622,7 @@ record eo_workers "$EVENTS" "$SECS" "$WAL" "$(mon_value workers peak_rss_anon_kb
 R_SIZES[eo_workers]="$(sizes $PIPE.ingest_0 $PIPE.ingest_1 $PIPE.state $PIPE.ledger $PIPE.aggregates); state $(autovac $PIPE.state)"
 EO_COUNTERS=$COUNTERS
 VIEW_POLL_MS=$(mon_value workers query_ms_avg)
-log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 50 ms, the view every second; a poll took $VIEW_POLL_MS ms on average)"
+log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 50 ms, the view every 5 s; a poll took $VIEW_POLL_MS ms on average)"
 
 # ---------------------------------------------------------------- 4. exactonce flush
 
@@ -808,7 +808,7 @@ SQL
 	# each sample with the events the producer had committed by then: what is
 	# committed and not taken yet (sent - ingested) is the queue's depth, known
 	# at every sample (the view's queued scans the queue, so it is read on
-	# every 20th sample only)
+	# every 100th sample only)
 	sql -c "CREATE TABLE bench.series AS
 		SELECT s.*, s.t - r.t0 AS t_s, r.t0,
 		       (SELECT coalesce(max(cum), 0) FROM bench.batches b WHERE b.run = s.run AND b.commit_at <= s.t) AS sent
@@ -953,7 +953,7 @@ say ""
 say "notes on the table:"
 say "  events/s: COPY, naive, flush and the peers are timed inside their session; the worker drain from resume() to the first"
 say "  50 ms poll seeing every event ingested and none staged (the full view, whose queued scans the queue, every"
-say "  20th poll only; a poll took ${VIEW_POLL_MS} ms on average); sustained from the first event sent to the probe seeing all events"
+say "  100th poll only; a poll took ${VIEW_POLL_MS} ms on average); sustained from the first event sent to the probe seeing all events"
 say "  aggregated. WAL: pg_current_wal_lsn() difference over the timed span (drains only: the queue load is not in it;"
 say "  sustained runs include the producer's inserts). peak mem: peak RssAnon of the backend or drain worker doing"
 say "  the work; CPU: its CPU time over the run's wall time (100% = one core busy); both sampled every 50-200 ms."

@@ -1,0 +1,204 @@
+/*-------------------------------------------------------------------------
+ *
+ * probe.c
+ *		Find the state rows of a batch's keys, in key order, descending the
+ *		primary key's B-tree once per leaf page rather than once per key.
+ *
+ * A batch's keys come sorted as the index sorts them (bytes, as collation
+ * "C" does), and a large batch has many keys on each leaf page.  So the
+ * probe keeps the last leaf page pinned: a key that is not above the page's
+ * high key is searched on that page alone, the next one found by a descent
+ * from the root as an index scan would.  The page is locked only while it is
+ * searched; in between, a concurrent insert may split it, which only moves
+ * entries right: a key above the new high key descends again, as does one
+ * whose page was deleted meanwhile.  A deleted page is not reused while this
+ * transaction's snapshot is registered, as for any index scan that keeps a
+ * pin.  What the page says is then checked against the heap, visibility and
+ * HOT chains included, by the table AM.
+ *
+ * Where the page cannot tell -- the key's entries may go on past the page's
+ * end -- the caller asks the index the usual way (KEY_UNSURE), as it does
+ * for an index that is not the plain B-tree on text "C" that pipelines make.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/nbtree.h"
+#include "access/relscan.h"
+#include "access/tableam.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_opfamily_d.h"
+#include "utils/pg_locale.h"
+#include "utils/rel.h"
+
+#include "probe.h"
+
+struct KeyProbe
+{
+	Relation	heap;
+	Relation	index;
+	Snapshot	snap;
+	IndexFetchTableData *fetch;
+	BTScanInsertData key;		/* the key sought, as the B-tree code takes it */
+	Buffer		leaf;			/* the last leaf page searched: pinned, not
+								 * locked; or InvalidBuffer */
+	ItemPointerData *tids;		/* the heap TIDs of the key's entries */
+	int			maxtids;
+};
+
+/*
+ * KeyProbeBegin prepares probes of index, the primary key of heap, under
+ * snap (registered for longer than the probe).  It returns NULL when the
+ * index is not one this probe can read: then probe with an index scan.
+ */
+KeyProbe *
+KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
+{
+	KeyProbe   *kp;
+
+	if (index->rd_rel->relam != BTREE_AM_OID ||
+		IndexRelationGetNumberOfKeyAttributes(index) != 1 ||
+		index->rd_opfamily[0] != TEXT_BTREE_FAM_OID ||
+		index->rd_indoption[0] != 0 ||
+		!lc_collate_is_c(index->rd_indcollation[0]))
+		return NULL;
+
+	kp = palloc0(sizeof(KeyProbe));
+	kp->heap = heap;
+	kp->index = index;
+	kp->snap = snap;
+	kp->fetch = table_index_fetch_begin(heap);
+	kp->leaf = InvalidBuffer;
+	kp->maxtids = 16;
+	kp->tids = palloc(sizeof(ItemPointerData) * kp->maxtids);
+
+	_bt_metaversion(index, &kp->key.heapkeyspace, &kp->key.allequalimage);
+	kp->key.anynullkeys = false;
+	kp->key.nextkey = false;
+	kp->key.pivotsearch = false;
+	kp->key.scantid = NULL;
+	kp->key.keysz = 1;
+	ScanKeyEntryInitializeWithInfo(&kp->key.scankeys[0], 0, 1, InvalidStrategy, InvalidOid,
+								   index->rd_indcollation[0],
+								   index_getprocinfo(index, 1, BTORDER_PROC), (Datum) 0);
+	return kp;
+}
+
+/*
+ * AddTids adds the heap TIDs of a leaf entry (one, or a posting list's).
+ */
+static int
+AddTids(KeyProbe * kp, IndexTuple itup, int n)
+{
+	int			add = BTreeTupleIsPosting(itup) ? BTreeTupleGetNPosting(itup) : 1;
+
+	if (n + add > kp->maxtids)
+	{
+		kp->maxtids = Max(kp->maxtids * 2, n + add);
+		kp->tids = repalloc(kp->tids, sizeof(ItemPointerData) * kp->maxtids);
+	}
+	if (BTreeTupleIsPosting(itup))
+		for (int i = 0; i < add; i++)
+			kp->tids[n++] = *BTreeTupleGetPostingN(itup, i);
+	else
+		kp->tids[n++] = itup->t_tid;
+	return n;
+}
+
+/*
+ * LockLeaf locks the leaf page that may hold the key sought: the last one,
+ * if the key is not above its high key and it is still in the tree, or the
+ * one a descent from the root finds.  It returns false for an empty index.
+ */
+static bool
+LockLeaf(KeyProbe * kp)
+{
+	if (BufferIsValid(kp->leaf))
+	{
+		Page		page = BufferGetPage(kp->leaf);
+		BTPageOpaque opaque;
+
+		_bt_lockbuf(kp->index, kp->leaf, BT_READ);
+		opaque = BTPageGetOpaque(page);
+		if (!P_IGNORE(opaque) &&
+			(P_RIGHTMOST(opaque) || _bt_compare(kp->index, &kp->key, page, P_HIKEY) <= 0))
+			return true;
+		_bt_relbuf(kp->index, kp->leaf);
+		kp->leaf = InvalidBuffer;
+	}
+	_bt_freestack(_bt_search(kp->index, &kp->key, &kp->leaf, BT_READ, kp->snap));
+	return BufferIsValid(kp->leaf);
+}
+
+/*
+ * KeyProbeFetch looks up key, which must not sort below the key of the
+ * previous call, and stores its visible row in slot if it has one.
+ */
+KeyProbeResult
+KeyProbeFetch(KeyProbe * kp, text *key, TupleTableSlot *slot)
+{
+	Page		page;
+	BTPageOpaque opaque;
+	OffsetNumber low,
+				high,
+				maxoff;
+	int			ntids = 0;
+	bool		past_end;
+
+	kp->key.scankeys[0].sk_argument = PointerGetDatum(key);
+	if (!LockLeaf(kp))
+		return KEY_ABSENT;
+
+	/* the first entry not below the key, then every entry equal to it */
+	page = BufferGetPage(kp->leaf);
+	opaque = BTPageGetOpaque(page);
+	maxoff = PageGetMaxOffsetNumber(page);
+	low = P_FIRSTDATAKEY(opaque);
+	high = maxoff + 1;
+	while (high > low)
+	{
+		OffsetNumber mid = low + (high - low) / 2;
+
+		if (_bt_compare(kp->index, &kp->key, page, mid) > 0)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	for (; low <= maxoff && _bt_compare(kp->index, &kp->key, page, low) == 0; low++)
+	{
+		ItemId		iid = PageGetItemId(page, low);
+
+		if (!ItemIdIsDead(iid))
+			ntids = AddTids(kp, (IndexTuple) PageGetItem(page, iid), ntids);
+	}
+	past_end = low > maxoff && !P_RIGHTMOST(opaque) &&
+		_bt_compare(kp->index, &kp->key, page, P_HIKEY) == 0;
+	_bt_unlockbuf(kp->index, kp->leaf);
+	if (past_end)
+		return KEY_UNSURE;
+
+	for (int i = 0; i < ntids; i++)
+	{
+		bool		call_again = false;
+		bool		all_dead = false;
+
+		if (table_index_fetch_tuple(kp->fetch, &kp->tids[i], kp->snap, slot,
+									&call_again, &all_dead))
+			return KEY_FOUND;
+	}
+	return KEY_ABSENT;
+}
+
+/*
+ * KeyProbeEnd lets go of the last leaf page and the heap fetch.
+ */
+void
+KeyProbeEnd(KeyProbe * kp)
+{
+	if (BufferIsValid(kp->leaf))
+		ReleaseBuffer(kp->leaf);
+	table_index_fetch_end(kp->fetch);
+	pfree(kp->tids);
+	pfree(kp);
+}
