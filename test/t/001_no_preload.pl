@@ -25,8 +25,8 @@ ok($node->safe_psql('postgres', "SELECT exactonce.flush('trades')") > 5000,
 	'flush drains the queue');
 eo_check($node, 'postgres', 'loaded on first use');
 is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.batch_size"),
-	"1\n10000", 'once loaded, the settings of every backend exist');
+		"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.batch_size; SHOW exactonce.batch_memory"),
+	"1\n100000\n64MB", 'once loaded, the settings of every backend exist');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.workers");
 isnt($rc, 0, 'the postmaster-only settings do not exist without the preload');
