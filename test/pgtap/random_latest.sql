@@ -32,9 +32,13 @@ DO $$ BEGIN PERFORM setseed(0.20240501); END $$;
 
 -- Each key: a number of versions in 0..22 and a home cell.  Some key names
 -- are not ASCII and key lengths vary, so byte order differs from collation
--- order and from length order.
+-- order and from length order; some share a prefix longer than the eight
+-- bytes the state stage sorts by first, and some are prefixes of others.
 CREATE TEMP TABLE keyspace AS
-SELECT CASE WHEN i % 7 = 0 THEN format('κλειδί-%s', i) ELSE format('k%s', i) END AS key,
+SELECT CASE WHEN i % 7 = 0 THEN format('κλειδί-%s', i)
+			WHEN i % 5 = 0 THEN format('settlement-account-%s', i)
+			WHEN i % 3 = 0 THEN format('settlement-account-%s-%s', i / 3, repeat('x', i % 4))
+			ELSE format('k%s', i) END AS key,
 	   floor(random() * 23)::int AS nversions,
 	   (ARRAY['IR', 'FX', 'EQ', 'Crédit', 'CM'])[1 + floor(random() * 5)::int] AS risk_type,
 	   (ARRAY['EMEA', 'APAC', 'AMER', 'LATAM'])[1 + floor(random() * 4)::int] AS region,
