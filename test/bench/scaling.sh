@@ -373,7 +373,7 @@ point() {
 	l0=$(sql -c "SELECT pg_current_wal_lsn()")
 	t0=$(now)
 	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
-	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$wpid" --reset-hwm --until-drained "$events" --timeout "$timeout" \
+	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$wpid" --reset-hwm --until-drained "$events" --view-every 0 --timeout "$timeout" \
 		-o "$mon.csv" >"$mon.out" 2>"$mon.err" &
 	MON_PID=$!
 	if wait "$MON_PID"; then
