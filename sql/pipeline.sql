@@ -17,11 +17,13 @@ END $$;
 SELECT exactonce.create_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk']);
 SELECT exactonce.create_pipeline('runs', ARRAY['user_id'], 'accumulate', shards => 3);
 
--- the relations and their columns
-SELECT c.relname, c.relkind
+-- the relations and their columns; state and aggregates keep half of each
+-- page free for the versions a batch writes (HOT updates), the one-row
+-- progress and shard tables most of it
+SELECT n.nspname, c.relname, c.relkind, c.reloptions
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'trades' AND c.relkind IN ('r', 'p')
-ORDER BY 1;
+WHERE n.nspname IN ('trades', 'runs') AND c.relkind IN ('r', 'p')
+ORDER BY 1, 2;
 SELECT attname, format_type(atttypid, atttypmod), attnotnull
 FROM pg_attribute WHERE attrelid = 'trades.ingest'::regclass AND attnum > 0 AND NOT attisdropped
 ORDER BY attnum;

@@ -67,7 +67,7 @@ typedef struct BatchLimit
 	int32		id;				/* hash key: pipeline and shard */
 	int32		shard;
 	int			limit;
-}			BatchLimit;
+} BatchLimit;
 
 static HTAB *batch_limits = NULL;
 
@@ -138,7 +138,6 @@ BatchLimitOf(Pipeline *p, int shard)
 static Size
 BatchMemory(void)
 {
-
 	return MemoryContextMemAllocated(batch_cxt, true) +
 		MemoryContextMemAllocated(TopTransactionContext, true);
 }

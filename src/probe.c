@@ -89,7 +89,7 @@ KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
  * AddTids adds the heap TIDs of a leaf entry (one, or a posting list's).
  */
 static int
-AddTids(KeyProbe * kp, IndexTuple itup, int n)
+AddTids(KeyProbe *kp, IndexTuple itup, int n)
 {
 	int			add = BTreeTupleIsPosting(itup) ? BTreeTupleGetNPosting(itup) : 1;
 
@@ -112,7 +112,7 @@ AddTids(KeyProbe * kp, IndexTuple itup, int n)
  * one a descent from the root finds.  It returns false for an empty index.
  */
 static bool
-LockLeaf(KeyProbe * kp)
+LockLeaf(KeyProbe *kp)
 {
 	if (BufferIsValid(kp->leaf))
 	{
@@ -136,7 +136,7 @@ LockLeaf(KeyProbe * kp)
  * previous call, and stores its visible row in slot if it has one.
  */
 KeyProbeResult
-KeyProbeFetch(KeyProbe * kp, text *key, TupleTableSlot *slot)
+KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot)
 {
 	Page		page;
 	BTPageOpaque opaque;
@@ -194,7 +194,7 @@ KeyProbeFetch(KeyProbe * kp, text *key, TupleTableSlot *slot)
  * KeyProbeEnd lets go of the last leaf page and the heap fetch.
  */
 void
-KeyProbeEnd(KeyProbe * kp)
+KeyProbeEnd(KeyProbe *kp)
 {
 	if (BufferIsValid(kp->leaf))
 		ReleaseBuffer(kp->leaf);

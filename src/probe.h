@@ -20,10 +20,10 @@ typedef enum KeyProbeResult
 	KEY_FOUND,					/* its visible row is in the slot */
 	KEY_ABSENT,					/* it has no visible row */
 	KEY_UNSURE					/* ask the index the usual way */
-}			KeyProbeResult;
+} KeyProbeResult;
 
-extern KeyProbe * KeyProbeBegin(Relation heap, Relation index, Snapshot snap);
-extern KeyProbeResult KeyProbeFetch(KeyProbe * kp, text *key, TupleTableSlot *slot);
-extern void KeyProbeEnd(KeyProbe * kp);
+extern KeyProbe *KeyProbeBegin(Relation heap, Relation index, Snapshot snap);
+extern KeyProbeResult KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot);
+extern void KeyProbeEnd(KeyProbe *kp);
 
 #endif							/* EXACTONCE_PROBE_H */

@@ -149,7 +149,7 @@ typedef struct SortItem
 {
 	uint64		abbrev;
 	Event	   *ev;
-}			SortItem;
+} SortItem;
 
 /*
  * SortItemCmp orders sort items as EventCmp orders their events.
@@ -157,8 +157,8 @@ typedef struct SortItem
 static int
 SortItemCmp(const void *a, const void *b)
 {
-	const		SortItem *x = a;
-	const		SortItem *y = b;
+	const SortItem *x = a;
+	const SortItem *y = b;
 
 	if (x->abbrev != y->abbrev)
 		return x->abbrev < y->abbrev ? -1 : 1;
