@@ -7,7 +7,9 @@
 #
 # logbase: 0 = linear x, otherwise the base of a logarithmic x axis; nbad:
 # how many of the rows are not exact (their legend entry only when there are).
-# Columns used: 2 x, 4 events_per_s, 5 wal_b_per_ev, 6 peak_rss_kb, 7 exact.
+# haslat: 1 adds a panel of the p50 and p99 latency (the latency sweep).
+# Columns used: 2 x, 4 events_per_s, 5 wal_b_per_ev, 6 peak_rss_kb, 7 exact,
+# 15 p50_ms, 16 p99_ms.
 
 # noenhanced: the titles hold names like exactonce.batch_size, no markup
 set terminal pngcairo size 900,1000 font ",10" noenhanced
@@ -34,8 +36,15 @@ if (logbase > 0) {
 # a point whose drain was not exact, marked red on every panel
 bad(y) = (strcol(7) eq 'PASS' ? 1/0 : y)
 
-set multiplot layout 3,1 title ttl
-set ylabel 'events/s (worker drain)'
+if (!exists("haslat")) haslat = 0
+set multiplot layout (haslat ? 4 : 3),1 title ttl
+if (haslat) {
+	set ylabel 'latency (ms)'
+	set format y '%g'
+	plot data using 2:16 with linespoints lw 2 pt 7 lc rgb '#800080' title 'p99', \
+	     data using 2:15 with linespoints lw 2 pt 6 lc rgb '#c080c0' title 'p50'
+}
+set ylabel (haslat ? 'events/s (end to end)' : 'events/s (worker drain)')
 set format y '%.0s%c'
 set yrange [0:*]
 plot data using 2:4 with linespoints lw 2 pt 7 lc rgb '#0000c0' title 'events/s', \

@@ -44,6 +44,13 @@
 #           The CSV's batches column shows how many the drain took.
 #   shards  create_pipeline(..., shards => 1, 2, 4) with exactonce.workers =
 #           2, on the --base-keys event set, 3 dimensions.
+#   latency distinct keys 10k, 200k, 1M while tools/producer streams up to
+#           20 s of events (at most 40 per key) at --latency-rate (50,000/s) into the running
+#           pipeline: the pipeline's own p50 and p99 latency at the end
+#           (exactonce.pipelines, its last 100 batches: from a batch's oldest
+#           event_time, set when the producer starts the batch, to the end of
+#           the step that applied it), events/s end to end, WAL per event
+#           with the producer's inserts.  Truth: the producer's.
 #
 # Output in --out (default test/bench/out/scaling-<timestamp>): scaling.csv,
 # one row per point (sweep, x, events, events_per_s, wal_b_per_ev,
@@ -54,11 +61,10 @@
 # scaling-shards.png: events/s, WAL bytes/event and peak RssAnon against the
 # swept value (test/bench/scaling.gp).
 #
-# No insert->aggregate latency: every point drains a queue loaded before the
-# drain starts, so an event's latency is its wait in that backlog, which says
-# nothing about the pipeline; run.sh's sustained runs measure latency.
+# Only the latency sweep has latency: the others drain a queue loaded before
+# the drain starts, where an event's latency is its wait in that backlog.
 #
-#   bash test/bench/scaling.sh [--quick] [--sweeps "keys dims batch shards"] [...]   (--help)
+#   bash test/bench/scaling.sh [--quick] [--sweeps "keys dims batch shards latency"] [...]   (--help)
 #
 # It builds nothing: install the extension first (make && make install, or one
 # run of test/bench/run.sh, which does).  It builds tools/producer and
@@ -72,7 +78,7 @@ usage() {
 usage: bash test/bench/scaling.sh [options]
 
 Sweeps:
-  --sweeps "LIST"      which sweeps, in this order (default "keys dims batch shards")
+  --sweeps "LIST"      which sweeps, in this order (default "keys dims batch shards latency")
   --keys "LIST"        keys of the keys sweep (default "10000 100000 1000000 2000000";
                        at most 20000000 each)
   --max-events N       most events of a keys point (default 30000000); events are
@@ -82,9 +88,12 @@ Sweeps:
   --dims "LIST"        dimension counts, 1 to 6 (default "1 2 3 4 5 6")
   --batch-sizes "LIST" exactonce.batch_size values (default "1000 10000 100000")
   --shards "LIST"      shard counts, with 2 workers (default "1 2 4")
+  --latency-keys "LIST"  keys of the latency sweep (default "10000 200000 1000000")
+  --latency-rate N     events/s the producer streams in the latency sweep (default 50000)
   --seed N             random seed of the producer (default 42)
   --quick              a smoke test: keys "2000 10000", --max-events 20000,
-                       --base-keys 2000 (explicit options win)
+                       --base-keys 2000, latency keys "2000 10000" streamed for
+                       at most 2 s at 10,000/s (explicit options win)
 Cluster and output:
   --dir DIR            cluster directory (default /tmp/exactonce-scaling); wiped at
                        the start, so it must not exist or have been made by this script
@@ -99,13 +108,16 @@ EOF
 
 INVOCATION="bash test/bench/scaling.sh${*:+ $*}"
 cd "$(dirname "$0")/../.."
-SWEEPS="keys dims batch shards"
+SWEEPS="keys dims batch shards latency"
 KEYS=
 MAX_EVENTS=
 BASE_KEYS=
 DIMS_LIST="1 2 3 4 5 6"
 BATCH_LIST="1000 10000 100000"
 SHARDS_LIST="1 2 4"
+LAT_KEYS=
+LAT_RATE=50000
+LAT_SECONDS=20			# how long a latency point streams, at most
 SEED=42
 QUICK=0
 DIR=/tmp/exactonce-scaling
@@ -123,6 +135,8 @@ while [ $# -gt 0 ]; do
 	--dims) need_arg "$@"; DIMS_LIST=$2; shift 2 ;;
 	--batch-sizes) need_arg "$@"; BATCH_LIST=$2; shift 2 ;;
 	--shards) need_arg "$@"; SHARDS_LIST=$2; shift 2 ;;
+	--latency-keys) need_arg "$@"; LAT_KEYS=$2; shift 2 ;;
+	--latency-rate) need_arg "$@"; LAT_RATE=$2; shift 2 ;;
 	--seed) need_arg "$@"; SEED=$2; shift 2 ;;
 	--quick) QUICK=1; shift ;;
 	--dir) need_arg "$@"; DIR=$2; shift 2 ;;
@@ -135,9 +149,11 @@ while [ $# -gt 0 ]; do
 	esac
 done
 if [ "$QUICK" = 1 ]; then
-	: "${KEYS:=2000 10000}" "${MAX_EVENTS:=20000}" "${BASE_KEYS:=2000}"
+	: "${KEYS:=2000 10000}" "${MAX_EVENTS:=20000}" "${BASE_KEYS:=2000}" "${LAT_KEYS:=2000 10000}"
+	LAT_RATE=10000 LAT_SECONDS=2
 fi
 : "${KEYS:=10000 100000 1000000 2000000}" "${MAX_EVENTS:=30000000}" "${BASE_KEYS:=200000}"
+: "${LAT_KEYS:=10000 200000 1000000}"
 
 # whole LIST NAME MIN MAX: every word of LIST a whole number in [MIN, MAX]
 whole() {
@@ -154,10 +170,12 @@ whole "$BASE_KEYS" --base-keys 100 20000000
 whole "$DIMS_LIST" --dims 1 6
 whole "$BATCH_LIST" --batch-sizes 1 1000000
 whole "$SHARDS_LIST" --shards 1 64
+whole "$LAT_KEYS" --latency-keys 100 20000000
+whole "$LAT_RATE" --latency-rate 1000 10000000
 whole "$SEED" --seed 0 4294967295
 whole "$PORT" --port 1 65535
 for s in $SWEEPS; do
-	case $s in keys | dims | batch | shards) ;; *) echo "scaling: unknown sweep $s (keys, dims, batch, shards)" >&2; exit 2 ;; esac
+	case $s in keys | dims | batch | shards | latency) ;; *) echo "scaling: unknown sweep $s (keys, dims, batch, shards, latency)" >&2; exit 2 ;; esac
 done
 [[ $DIR == /* ]] || { echo "scaling: --dir must be an absolute path" >&2; exit 2; }
 # events of a keys point: 5 x keys, capped; the producer's mix needs each
@@ -353,18 +371,19 @@ SQL
 }
 
 FAILED=0
-echo "sweep,x,events,events_per_s,wal_b_per_ev,peak_rss_kb,exact,keys,dims,shards,batch_size,seconds,batches,worker_cpu_pct,note" >"$CSV"
+echo "sweep,x,events,events_per_s,wal_b_per_ev,peak_rss_kb,exact,keys,dims,shards,batch_size,seconds,batches,worker_cpu_pct,p50_ms,p99_ms,note" >"$CSV"
 
 # point SWEEP X KEYS EVENTS N SHARDS TRUTH TRUTH_STATE LOAD-COMMAND...: one
 # drain of a fresh pipeline with N dimensions and SHARDS shards, its queue
 # filled by LOAD-COMMAND, checked against the truth relations; a CSV row
 point() {
 	local sweep=$1 x=$2 keys=$3 events=$4 n=$5 shards=$6 truth=$7 truth_state=$8 wpid l0 t0 done_at secs wal
-	local rate="" walev="" rss="" cpu="" timeout mon=$OUT/mon-$1-$2
+	local rate="" walev="" rss="" cpu="" timeout mon=$OUT/mon-$1-$2 ok=1
 	shift 8
+	P50= P99=
 	log "== $sweep = $x: $(th "$events") events over $(th "$keys") keys, $n dimensions, $shards shards, batch_size $(sql -c "SHOW exactonce.batch_size")"
 	fresh_pipeline "$n" "$shards"
-	"$@"
+	[ "$sweep" = latency ] || "$@"
 	sql -c "CHECKPOINT"
 	wpid=$(worker_pids)
 	[ -n "$wpid" ] || { echo "scaling: no exactonce drain worker is running (see $DIR/server.log)" >&2; exit 1; }
@@ -376,7 +395,10 @@ point() {
 	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$wpid" --reset-hwm --until-drained "$events" --view-every 0 --timeout "$timeout" \
 		-o "$mon.csv" >"$mon.out" 2>"$mon.err" &
 	MON_PID=$!
-	if wait "$MON_PID"; then
+	# latency: the events arrive while the workers drain (LOAD-COMMAND streams them)
+	[ "$sweep" != latency ] || "$@" || ok=0
+	[ "$ok" = 1 ] || kill "$MON_PID" 2>/dev/null || true
+	if [ "$ok" = 1 ] && wait "$MON_PID"; then
 		MON_PID=
 		done_at=$(awk '$1 == "done_at" { print $2 }' "$mon.out")
 		secs=$(calc "%.3f" "$done_at - $t0")
@@ -386,19 +408,37 @@ point() {
 		rss=$(awk '$1 == "peak_rss_anon_kb" { print $2 }' "$mon.out")
 		cpu=$(awk -v s="$secs" '$1 == "cpu_s" { printf "%.0f", ($2 >= 0 && s > 0) ? 100 * $2 / s : -1 }' "$mon.out")
 		check "$n" "$truth" "$truth_state" "$events"
+		if [ "$sweep" = latency ]; then
+			IFS='|' read -r P50 P99 < <(sql -F '|' -c "SELECT round(extract(epoch FROM latency_p50) * 1000, 1),
+			                                                  round(extract(epoch FROM latency_p99) * 1000, 1)
+			                                             FROM exactonce.pipelines WHERE name = '$PIPE'")
+		fi
 	else
 		MON_PID=
 		secs=""
-		VERDICT=FAIL NOTE="not drained within $timeout s (see $mon.err)" BATCHES="" COUNTERS=""
+		if [ "$ok" = 1 ]; then
+			NOTE="not drained within $timeout s (see $mon.err)"
+		else
+			NOTE="the producer failed (see $OUT/producer-latency-$keys.out)"
+		fi
+		VERDICT=FAIL BATCHES="" COUNTERS=""
 		sql -c "SELECT exactonce.pause('$PIPE')" >/dev/null
 	fi
 	[ "$VERDICT" = PASS ] || FAILED=1
-	echo "$sweep,$x,$events,$rate,$walev,$rss,$VERDICT,$keys,$n,$shards,$(sql -c "SHOW exactonce.batch_size"),$secs,$BATCHES,$cpu,\"$NOTE\"" >>"$CSV"
-	log "   ${rate:+$(th "$rate") events/s, }${walev:+$walev WAL B/event, }${rss:+peak RssAnon $((rss / 1024)) MB, }$VERDICT${NOTE:+: $NOTE}"
+	echo "$sweep,$x,$events,$rate,$walev,$rss,$VERDICT,$keys,$n,$shards,$(sql -c "SHOW exactonce.batch_size"),$secs,$BATCHES,$cpu,${P50:-},${P99:-},\"$NOTE\"" >>"$CSV"
+	log "   ${rate:+$(th "$rate") events/s, }${walev:+$walev WAL B/event, }${rss:+peak RssAnon $((rss / 1024)) MB, }${P99:+p50 $P50 ms, p99 $P99 ms, }$VERDICT${NOTE:+: $NOTE}"
 	[ -z "$COUNTERS" ] || log "   $COUNTERS in $(th "$BATCHES") batches"
 }
 
 load_copy() { sql -c "COPY $PIPE.ingest ($COLS3) FROM '$1'" >/dev/null; }
+
+# stream FILE KEYS EVENTS: tools/producer sends the events into the running
+# pipeline at LAT_RATE, its truth to FILE.truth and FILE.truth_state
+stream() {
+	tools/producer -q --events "$3" --trades "$2" "${MIX[@]}" --rate "$LAT_RATE" --pipeline "$PIPE" \
+		--truth-file "$1.truth" --truth-state-file "$1.truth_state" >"$OUT/producer-latency-$2.out" 2>&1 &&
+		chmod a+r "$1.truth" "$1.truth_state" && load_truth "$1"
+}
 
 # load_dims N: the staged events, with the first N dimensions, in file order
 load_dims() {
@@ -508,6 +548,20 @@ SQL
 		sql -c "ALTER SYSTEM RESET exactonce.batch_size" -c "SELECT pg_reload_conf()" >/dev/null
 		sleep 1
 		;;
+	latency)
+		# each point streams about 20 s of events at LAT_RATE (at least what
+		# the producer's mix needs for the keys); latency is the pipeline's
+		# own (exactonce.pipelines, its last 100 batches: from the oldest
+		# event_time of a batch to the end of its step)
+		for k in $LAT_KEYS; do
+			# the producer's mix: at least 1.5 events per key, and no more
+			# tombstones (2%) than keys
+			e=$((LAT_RATE * LAT_SECONDS))
+			[ "$e" -le $((k * 40)) ] || e=$((k * 40))
+			[ $((e * 2)) -ge $((k * 3)) ] || e=$(((k * 3 + 1) / 2))
+			point latency "$k" "$k" "$e" 3 "$DEFAULT_SHARDS" bench.truth bench.truth_state stream "$DIR/latency-$k" "$k" "$e"
+		done
+		;;
 	shards)
 		base_events
 		for s in $SHARDS_LIST; do
@@ -529,11 +583,11 @@ EO_REV=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 	echo "events: tools/producer, ~10% exact duplicates, ~10% late stale versions, ~10% moves, 2% tombstones, seed $SEED"
 	echo ""
 	printf '%-7s %10s %11s %11s %9s %9s %7s %8s %5s  %s\n' sweep x events events/s "WAL B/ev" "peak MB" batches seconds CPU exact
-	tail -n +2 "$CSV" | while IFS=, read -r sw x ev rate walev rss ex _ _ _ _ secs bat cpu note; do
+	tail -n +2 "$CSV" | while IFS=, read -r sw x ev rate walev rss ex _ _ _ _ secs bat cpu p50 p99 note; do
 		printf '%-7s %10s %11s %11s %9s %9s %7s %8s %5s  %s\n' "$sw" "$(th "$x")" "$(th "$ev")" \
 			"$([ -n "$rate" ] && th "$rate" || echo -)" "${walev:--}" \
 			"$([ -n "$rss" ] && [ "$rss" -ge 0 ] && calc "%.1f" "$rss / 1024" || echo -)" "${bat:--}" "${secs:--}" \
-			"${cpu:+$cpu%}" "$ex$([ "$note" = '""' ] || echo " $note")"
+			"${cpu:+$cpu%}" "$ex${p99:+ (p50 $p50 ms, p99 $p99 ms)}$([ "$note" = '""' ] || echo " $note")"
 	done
 	echo ""
 	echo "events/s: from resume() to the first 50 ms poll seeing every event ingested and none staged; WAL over the"
@@ -551,14 +605,16 @@ if [ "$GNUPLOT" = 1 ]; then
 		dims) xlab='dimensions'; lb=0 ;;
 		batch) xlab='exactonce.batch_size'; lb=10 ;;
 		shards) xlab='shards (2 drain workers)'; lb=2 ;;
+		latency) xlab="distinct keys, events streamed at $(th "$LAT_RATE")/s"; lb=10 ;;
 		esac
 		grep "^$sweep," "$CSV" >"$tmp/$sweep.csv" || continue
 		case $sweep in
 		keys) ttl="exactonce worker drain against distinct keys: 3 dimensions, $DEFAULT_SHARDS shards" ;;
+		latency) ttl="exactonce, events streamed at $(th "$LAT_RATE")/s while the workers drain: p99 against distinct keys" ;;
 		*) ttl="exactonce worker drain against $xlab: $(th "$BASE_EVENTS") events over $(th "$BASE_KEYS") keys" ;;
 		esac
 		nbad=$(awk -F, '$7 != "PASS"' "$tmp/$sweep.csv" | wc -l)
-		gnuplot -e "data='$tmp/$sweep.csv'; out='$OUT/scaling-$sweep.png'; xlab='$xlab'; ttl='$ttl'; logbase=$lb; nbad=$nbad" \
+		gnuplot -e "data='$tmp/$sweep.csv'; out='$OUT/scaling-$sweep.png'; xlab='$xlab'; ttl='$ttl'; logbase=$lb; nbad=$nbad; haslat=$([ "$sweep" = latency ] && echo 1 || echo 0)" \
 			test/bench/scaling.gp 2>>"$OUT/gnuplot.err" || log "scaling: gnuplot failed for $sweep (see $OUT/gnuplot.err)"
 	done
 	rm -rf "$tmp"
