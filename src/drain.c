@@ -204,12 +204,22 @@ SleepBeforeRetry(int attempt)
 }
 
 /*
+ * Retryable tells whether an error leaves the transaction to go on: one
+ * that may go away, or one about the batch's data.
+ */
+static bool
+Retryable(int sqlerrcode)
+{
+	return !MustPropagate(sqlerrcode);
+}
+
+/*
  * RunInSubxact runs fn(arg) in a subtransaction.  It returns NULL on success,
- * or the error, with the subtransaction rolled back; errors that must end
- * the transaction are re-thrown.
+ * or an error that caught(sqlerrcode) accepts, with the subtransaction
+ * rolled back; other errors are re-thrown and end the transaction.
  */
 static ErrorData *
-RunInSubxact(void (*fn) (void *), void *arg)
+RunInSubxact(void (*fn) (void *), void *arg, bool (*caught) (int sqlerrcode))
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -233,7 +243,7 @@ RunInSubxact(void (*fn) (void *), void *arg)
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
 
-	if (err && MustPropagate(err->sqlerrcode))
+	if (err && !caught(err->sqlerrcode))
 		ReThrowError(err);
 	return err;
 }
@@ -291,7 +301,7 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 
 	for (;;)
 	{
-		ErrorData  *err = RunInSubxact(StateAndMap, &b);
+		ErrorData  *err = RunInSubxact(StateAndMap, &b, Retryable);
 
 		if (err == NULL)
 		{
@@ -342,7 +352,7 @@ ReduceWithRetry(Pipeline *p)
 {
 	for (int attempt = 1;; attempt++)
 	{
-		ErrorData  *err = RunInSubxact(Reduce, p);
+		ErrorData  *err = RunInSubxact(Reduce, p, Retryable);
 
 		if (err == NULL)
 			return;
@@ -350,6 +360,56 @@ ReduceWithRetry(Pipeline *p)
 			ReThrowError(err);
 		SleepBeforeRetry(attempt);
 	}
+}
+
+/* The progress row, as a worker locks it. */
+typedef struct ProgressRow
+{
+	Pipeline   *p;
+	int64		rotation;
+	int64		drain_rotation;
+	bool		paused;
+} ProgressRow;
+
+/*
+ * LockProgress locks and reads the progress row (RunInSubxact callback).
+ */
+static void
+LockProgress(void *arg)
+{
+	ProgressRow *row = arg;
+
+	ProgressLock(row->p, &row->rotation, &row->drain_rotation, &row->paused);
+}
+
+/*
+ * IsLockTimeout tells whether an error is a lock wait given up.
+ */
+static bool
+IsLockTimeout(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+}
+
+/*
+ * WorkerLockProgress is ProgressLock for the workers.  The shards of a
+ * pipeline hold its progress row from reduce to commit, which is short; a
+ * caller may hold it for long (a flush, pause() in a transaction left open,
+ * a prepared transaction).  So the worker waits on the row lock, woken the
+ * moment its holder ends, but no longer than its lock_timeout (about a
+ * second); then it gives up with an error that names the holder
+ * (ProgressHeld), backs off this pipeline and serves the others.
+ */
+static void
+WorkerLockProgress(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	ProgressRow row = {p, 0, 0, false};
+
+	if (RunInSubxact(LockProgress, &row, IsLockTimeout) != NULL)
+		ProgressHeld(p);
+	*rotation = row.rotation;
+	*drain_rotation = row.drain_rotation;
+	*paused = row.paused;
 }
 
 /*
@@ -574,14 +634,14 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
 		ProgressShardRecord(p, shard, &pos, r.taken);
-		ProgressTryLock(p, &rotation, &drain_rotation, &paused);
+		WorkerLockProgress(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		ReduceWithRetry(p);
 		BatchAdapt(limit, r.taken, BatchMemory());
 		return r;
 	}
 
-	ProgressTryLock(p, &rotation, &drain_rotation, &paused);
+	WorkerLockProgress(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
 	return FinishRotation(p, rotation, drain_rotation);

@@ -28,7 +28,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
@@ -129,46 +128,13 @@ ProgressHolder(Pipeline *p)
 }
 
 /*
- * ProgressTryLock is ProgressLock for the workers.  The shards of a
- * pipeline hold its progress row from reduce to commit, which is short; a
- * caller may hold it for long (a flush, pause() in a transaction left open,
- * a prepared transaction).  So the worker waits on the row lock, woken the
- * moment its holder ends, but no longer than its lock_timeout (about a
- * second); then it gives up with LOCK_NOT_AVAILABLE naming the holder: the
- * worker backs off this pipeline and serves the others.  The wait runs in a
- * subtransaction so that its timeout can be caught and told in those words.
+ * ProgressHeld reports that the pipeline's progress row is held by another
+ * transaction, naming it: a worker that waited for the row as long as its
+ * lock_timeout allows gives the pipeline up with this error.
  */
 void
-ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+ProgressHeld(Pipeline *p)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		timed_out = false;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		ProgressLock(p, rotation, drain_rotation, paused);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *err;
-
-		MemoryContextSwitchTo(cxt);
-		err = CopyErrorData();
-		if (err->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		timed_out = true;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	if (!timed_out)
-		return;
 	p->progress_locked = false;
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

@@ -14,8 +14,7 @@
 
 extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
-extern void ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
-							bool *paused);
+extern void ProgressHeld(Pipeline *p) pg_attribute_noreturn();
 extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,

@@ -33,7 +33,7 @@
  *
  * No other session can hold a worker up for long: it skips shard rows that
  * are locked, gives up a pipeline's progress row after about a second
- * (ProgressTryLock), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
+ * (WorkerLockProgress in drain.c), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
  * for any other lock.  Then it backs off that pipeline and serves the
  * others.  While the inserters of a rotated queue partition are still open
  * it looks again after 1 ms, doubling up to exactonce.naptime.
