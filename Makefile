@@ -20,6 +20,7 @@ OBJS = \
 	src/probe.o \
 	src/map.o \
 	src/reduce.o \
+	src/extrema.o \
 	src/drain.o \
 	src/fault.o \
 	src/stats.o \
@@ -28,7 +29,8 @@ OBJS = \
 	src/once.o \
 	src/offsets.o
 
-DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql
+DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
+	src/$(EXTENSION)--1.2--1.3.sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out

@@ -17,6 +17,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/array.h"
+#include "utils/lsyscache.h"
 
 #include "cell.h"
 #include "statement.h"
@@ -47,15 +48,16 @@ CellMatch(const void *key1, const void *key2, Size keysize)
 }
 
 /*
- * CellTableCreate makes an empty table of cells in the current context.
+ * CellTableCreateOf makes an empty table of entries of entrysize bytes that
+ * start with a CellKey, in the current context.
  */
 HTAB *
-CellTableCreate(void)
+CellTableCreateOf(Size entrysize)
 {
 	HASHCTL		ctl;
 
 	ctl.keysize = sizeof(CellKey);
-	ctl.entrysize = sizeof(Cell);
+	ctl.entrysize = entrysize;
 	ctl.hash = CellHash;
 	ctl.match = CellMatch;
 	ctl.hcxt = CurrentMemoryContext;
@@ -64,20 +66,27 @@ CellTableCreate(void)
 }
 
 /*
- * CellTableAdd adds a change to the cell (level, dims[0..level)).
+ * CellTableCreate makes an empty table of cells in the current context.
  */
-void
-CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys)
+HTAB *
+CellTableCreate(void)
+{
+	return CellTableCreateOf(sizeof(Cell));
+}
+
+/*
+ * CellKeyMake encodes the identity of cell (level, dims[0..level)), followed
+ * by suffixlen bytes of suffix, in a buffer of its exact size: a table keeps
+ * many.
+ */
+CellKey
+CellKeyMake(int level, Datum *dims, const char *suffix, int suffixlen)
 {
 	CellKey		key;
-	Cell	   *cell;
-	bool		found;
 	char	   *w;
 
 	Assert(level >= 0 && level <= EXACTONCE_MAX_DIMENSIONS);
-
-	/* encoded in a buffer of its exact size: a table keeps many */
-	key.len = 1;
+	key.len = 1 + suffixlen;
 	for (int i = 0; i < level; i++)
 		key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[i]));
 	key.data = w = palloc(key.len);
@@ -91,28 +100,79 @@ CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total, int64 keys)
 		memcpy(w + sizeof(len), VARDATA_ANY(t), len);
 		w += sizeof(len) + len;
 	}
-	cell = hash_search(cells, &key, HASH_ENTER, &found);
-	if (found)
-	{
-		pfree(key.data);
-		cell->total = NumericAdd(cell->total, total);
-		cell->keys += keys;
-		return;
-	}
-	cell->level = level;
-	memcpy(cell->dims, dims, sizeof(Datum) * level);
-	cell->total = total;
-	cell->keys = keys;
+	if (suffixlen > 0)
+		memcpy(w, suffix, suffixlen);
+	return key;
 }
 
 /*
- * CellArrays turns a cell table into the parallel arrays the ledger and the
- * aggregates upsert take: levels, one text[] per dimension (NULL where rolled
- * up), totals and key counts.  Cells whose change is nil are left out.
+ * AddSum adds two sums, NULL being none.
  */
-int
-CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *totals,
-		   Datum *keys)
+static Numeric
+AddSum(Numeric a, Numeric b)
+{
+	if (a == NULL)
+		return b;
+	if (b == NULL)
+		return a;
+	return NumericAdd(a, b);
+}
+
+/*
+ * CellTableAdd adds a change to the cell (level, dims[0..level)) and returns
+ * the cell.
+ */
+Cell *
+CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims, const CellChange *change)
+{
+	CellKey		key = CellKeyMake(level, dims, NULL, 0);
+	Cell	   *cell;
+	bool		found;
+
+	cell = hash_search(cells, &key, HASH_ENTER, &found);
+	if (found)
+	{
+		CellChange *c = &cell->change;
+
+		pfree(key.data);
+		c->total = NumericAdd(c->total, change->total);
+		c->keys += change->keys;
+		for (int i = 0; i < p->nmeasures; i++)
+		{
+			c->sums[i] = AddSum(c->sums[i], change->sums[i]);
+			c->counts[i] += change->counts[i];
+		}
+		return cell;
+	}
+	cell->level = level;
+	memcpy(cell->dims, dims, sizeof(Datum) * level);
+	cell->change = *change;
+	cell->touched = false;
+	return cell;
+}
+
+/*
+ * CellIsNil tells whether a cell's change changes nothing.
+ */
+static bool
+CellIsNil(Pipeline *p, Cell *cell)
+{
+	CellChange *c = &cell->change;
+
+	if (cell->touched || c->keys != 0 || !NumericIsZero(c->total))
+		return false;
+	for (int i = 0; i < p->nmeasures; i++)
+		if (c->counts[i] != 0 || (c->sums[i] != NULL && !NumericIsZero(c->sums[i])))
+			return false;
+	return true;
+}
+
+/*
+ * CellColumnsOf turns a cell table into the parallel arrays the ledger and
+ * the aggregates upsert take.  Cells whose change is nil are left out.
+ */
+void
+CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 {
 	long		max = Max(hash_get_num_entries(cells), 1);
 	Datum	   *lv = palloc(sizeof(Datum) * max);
@@ -120,6 +180,8 @@ CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *total
 	bool	   *dn[EXACTONCE_MAX_DIMENSIONS];
 	Numeric    *tv = palloc(sizeof(Numeric) * max);
 	int64	   *kv = palloc(sizeof(int64) * max);
+	Numeric    *sv[EXACTONCE_MAX_MEASURES];
+	int64	   *cv[EXACTONCE_MAX_MEASURES];
 	HASH_SEQ_STATUS seq;
 	Cell	   *cell;
 	int			n = 0;
@@ -129,11 +191,16 @@ CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *total
 		dv[i] = palloc(sizeof(Datum) * max);
 		dn[i] = palloc(sizeof(bool) * max);
 	}
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		sv[i] = palloc(sizeof(Numeric) * max);
+		cv[i] = palloc(sizeof(int64) * max);
+	}
 	hash_seq_init(&seq, cells);
 	while ((cell = hash_seq_search(&seq)) != NULL)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (cell->keys == 0 && NumericIsZero(cell->total))
+		if (CellIsNil(p, cell))
 			continue;
 		lv[n] = Int32GetDatum(cell->level);
 		for (int i = 0; i < p->ndims; i++)
@@ -141,14 +208,84 @@ CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols, Datum *total
 			dn[i][n] = i >= cell->level;
 			dv[i][n] = i < cell->level ? cell->dims[i] : (Datum) 0;
 		}
-		tv[n] = cell->total;
-		kv[n] = cell->keys;
+		tv[n] = cell->change.total;
+		kv[n] = cell->change.keys;
+		for (int i = 0; i < p->nmeasures; i++)
+		{
+			sv[i][n] = cell->change.sums[i] ? cell->change.sums[i] : int64_to_numeric(0);
+			cv[i][n] = cell->change.counts[i];
+		}
 		n++;
 	}
-	*levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
+	cols->ncells = n;
+	cols->levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
 	for (int i = 0; i < p->ndims; i++)
-		dimcols[i] = StatementTextArray(dv[i], dn[i], n);
-	*totals = StatementNumericArray(tv, n);
-	*keys = StatementInt8Array(kv, n);
-	return n;
+		cols->dims[i] = StatementTextArray(dv[i], dn[i], n);
+	cols->totals = StatementNumericArray(tv, n);
+	cols->keys = StatementInt8Array(kv, n);
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		cols->sums[i] = StatementNumericArray(sv[i], n);
+		cols->counts[i] = StatementInt8Array(cv[i], n);
+	}
+}
+
+/*
+ * CellFlatten stacks ncols one-dimensional arrays of nrows elements each
+ * into one two-dimensional array [nrows][ncols].
+ */
+Datum
+CellFlatten(Datum *cols, int ncols, int nrows, Oid elemtype)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			dims[2] = {nrows, ncols};
+	int			lbs[2] = {1, 1};
+
+	if (nrows == 0 || ncols == 0)
+		return PointerGetDatum(construct_empty_array(elemtype));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	elems = palloc(sizeof(Datum) * nrows * ncols);
+	nulls = palloc(sizeof(bool) * nrows * ncols);
+	for (int i = 0; i < ncols; i++)
+	{
+		Datum	   *v;
+		bool	   *nl;
+		int			n;
+
+		deconstruct_array(DatumGetArrayTypeP(cols[i]), elemtype, typlen, typbyval, typalign,
+						  &v, &nl, &n);
+		Assert(n == nrows);
+		for (int r = 0; r < nrows; r++)
+		{
+			elems[r * ncols + i] = v[r];
+			nulls[r * ncols + i] = nl[r];
+		}
+	}
+	return PointerGetDatum(construct_md_array(elems, nulls, 2, dims, lbs, elemtype,
+											  typlen, typbyval, typalign));
+}
+
+/*
+ * CellUnflatten reads back a CellFlatten array of nrows rows of ncols: row r
+ * is (*elems)[r * ncols ...].  A staged batch that does not have that shape
+ * is an error.
+ */
+void
+CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows, Datum **elems, bool **nulls)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			n;
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(DatumGetArrayTypeP(flat), elemtype, typlen, typbyval, typalign,
+					  elems, nulls, &n);
+	if (n != nrows * ncols)
+		elog(ERROR, "staged batch is malformed: %d values where %d x %d were expected",
+			 n, nrows, ncols);
 }

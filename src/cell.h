@@ -19,20 +19,47 @@ typedef struct CellKey
 	int			len;
 } CellKey;
 
+/* A change to one cell: of value's total and the key count, and of each
+ * measure's sum (NULL: none) and count. */
+typedef struct CellChange
+{
+	Numeric		total;
+	int64		keys;
+	Numeric		sums[EXACTONCE_MAX_MEASURES];
+	int64		counts[EXACTONCE_MAX_MEASURES];
+} CellChange;
+
 /* A rollup cell and the change accumulated for it. */
 typedef struct Cell
 {
 	CellKey		key;			/* hash key, must be first */
 	int			level;
 	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* first "level" are set */
-	Numeric		total;
-	int64		keys;
+	CellChange	change;
+	bool		touched;		/* its min and max are to be read anew */
 } Cell;
 
+/* The cells of a table as parallel arrays, one element per cell. */
+typedef struct CellColumns
+{
+	int			ncells;
+	Datum		levels;			/* int4[] */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* text[], NULL where rolled
+												 * up */
+	Datum		totals;			/* numeric[] */
+	Datum		keys;			/* int8[] */
+	Datum		sums[EXACTONCE_MAX_MEASURES];	/* numeric[] */
+	Datum		counts[EXACTONCE_MAX_MEASURES]; /* int8[] */
+} CellColumns;
+
+extern HTAB *CellTableCreateOf(Size entrysize);
+extern CellKey CellKeyMake(int level, Datum *dims, const char *suffix, int suffixlen);
 extern HTAB *CellTableCreate(void);
-extern void CellTableAdd(HTAB *cells, int level, Datum *dims, Numeric total,
-						 int64 keys);
-extern int	CellArrays(Pipeline *p, HTAB *cells, Datum *levels, Datum *dimcols,
-					   Datum *totals, Datum *keys);
+extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims,
+						  const CellChange *change);
+extern void CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols);
+extern Datum CellFlatten(Datum *cols, int ncols, int nrows, Oid elemtype);
+extern void CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows,
+						  Datum **elems, bool **nulls);
 
 #endif							/* EXACTONCE_CELL_H */

@@ -6,7 +6,8 @@
  *		dead_letters with a reason when the pipeline cannot apply them.
  *
  * An event's columns are those of the pipeline's queue: key, version,
- * value, one text column per dimension, deleted and event_time.  Readers
+ * value, one text column per dimension, deleted, event_time and one numeric
+ * column per measure (NULL where the event has none).  Readers
  * map them by name (EventAttnums), so a caller's record may order them as it
  * likes and carry other columns; a column of the wrong type is an error
  * rather than a cast, so no cast the caller defines ever runs.
@@ -32,6 +33,26 @@ static const char *const event_columns[EV_DIM0] = {"key", "version", "value", "d
 static const Oid event_types[EV_DIM0] = {TEXTOID, INT8OID, NUMERICOID, BOOLOID, TIMESTAMPTZOID};
 
 /*
+ * EventColumn names event column i of an attnum map, and gives its type.
+ */
+static const char *
+EventColumn(Pipeline *p, int i, Oid *type)
+{
+	if (i < EV_DIM0)
+	{
+		*type = event_types[i];
+		return event_columns[i];
+	}
+	if (i < EV_MEAS0(p))
+	{
+		*type = TEXTOID;
+		return p->dims[i - EV_DIM0];
+	}
+	*type = NUMERICOID;
+	return p->measures[i - EV_MEAS0(p)];
+}
+
+/*
  * EventAttnums maps the event columns to attribute numbers of desc, 0 for a
  * column the descriptor lacks, and insists that present ones have the types
  * of the ingest table.
@@ -41,8 +62,8 @@ EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
 {
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
-		const char *name = i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
-		Oid			type = i < EV_DIM0 ? event_types[i] : TEXTOID;
+		Oid			type;
+		const char *name = EventColumn(p, i, &type);
 
 		attnums[i] = 0;
 		for (int a = 0; a < desc->natts; a++)
@@ -73,19 +94,27 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 {
 	Datum		d;
 	bool		isnull;
+	Oid			type;
 
 	ev->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
+	ev->measures = p->nmeasures > 0 ? palloc0(sizeof(Numeric) * p->nmeasures) : NULL;
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
+		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p);
+
 		if (attnums[i] == 0)
 		{
-			if (i == EV_DELETED || i == EV_TIME)
+			if (optional)
 				continue;
-			return i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
+			return EventColumn(p, i, &type);
 		}
 		d = slot_getattr(slot, attnums[i], &isnull);
 		if (isnull)
-			return i < EV_DIM0 ? event_columns[i] : p->dims[i - EV_DIM0];
+		{
+			if (i >= EV_MEAS0(p))
+				continue;
+			return EventColumn(p, i, &type);
+		}
 		switch (i)
 		{
 			case EV_KEY:
@@ -104,7 +133,10 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 				ev->event_time = DatumGetTimestampTz(d);
 				break;
 			default:
-				ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
+				if (i < EV_MEAS0(p))
+					ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
+				else
+					ev->measures[i - EV_MEAS0(p)] = DatumGetNumericCopy(d);
 				break;
 		}
 	}
@@ -134,7 +166,7 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 	Event	   *events;
 	TupleDesc	desc = NULL;
 	TupleTableSlot *slot = NULL;
-	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];
+	AttrNumber	attnums[EV_MAX_NATTS];
 
 	if (!type_is_rowtype(elemtype))
 		ereport(ERROR,
@@ -199,7 +231,7 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 
 /*
  * EventAppendColumns appends the event columns of p, comma separated: key,
- * version, value, the dimensions, deleted, event_time.
+ * version, value, the dimensions, deleted, event_time, the measures.
  */
 void
 EventAppendColumns(StringInfo sql, Pipeline *p)
@@ -208,6 +240,8 @@ EventAppendColumns(StringInfo sql, Pipeline *p)
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(sql, ", %s", quote_identifier(p->dims[i]));
 	appendStringInfoString(sql, ", deleted, event_time");
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(sql, ", %s", quote_identifier(p->measures[i]));
 }
 
 /*
@@ -223,8 +257,11 @@ EventAppendUnnest(StringInfo sql, Pipeline *p, int extra)
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(sql, ", $%d::text[]", arg++);
 	appendStringInfo(sql, ", $%d::bool[], $%d::timestamptz[]", arg, arg + 1);
+	arg += 2;
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(sql, ", $%d::numeric[]", arg++);
 	for (int i = 0; i < extra; i++)
-		appendStringInfo(sql, ", $%d::text[]", arg + 2 + i);
+		appendStringInfo(sql, ", $%d::text[]", arg++);
 	appendStringInfoChar(sql, ')');
 }
 
@@ -269,6 +306,13 @@ EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
 	values[4 + p->ndims] = PointerGetDatum(construct_array(times, n, TIMESTAMPTZOID, 8,
 														   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	types[4 + p->ndims] = TIMESTAMPTZARRAYOID;
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		for (int j = 0; j < n; j++)
+			nums[j] = events[j]->measures[i];
+		values[5 + p->ndims + i] = StatementNumericArray(nums, n);
+		types[5 + p->ndims + i] = NUMERICARRAYOID;
+	}
 }
 
 /*

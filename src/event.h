@@ -26,6 +26,7 @@ typedef struct Event
 	TimestampTz event_time;
 	int			ord;			/* arrival order within the batch */
 	Datum	   *dims;			/* text, one per dimension */
+	Numeric    *measures;		/* one per measure, NULL where none */
 } Event;
 
 /* The effect of one state transition on one leaf cell. */
@@ -38,6 +39,9 @@ typedef struct Delta
 	Datum	   *cell;			/* text, one per dimension; shared with the
 								 * event or state row it comes from, never
 								 * changed */
+	Numeric    *measures;		/* change of each measure's sum, NULL where
+								 * the version has none; its count changes
+								 * by "keys" where it is not NULL */
 } Delta;
 
 /* What the state stage did with a batch. */
@@ -64,8 +68,9 @@ typedef struct DeadLetter
 #define EV_DELETED	3
 #define EV_TIME		4
 #define EV_DIM0		5
-#define EV_NATTS(p)	(EV_DIM0 + (p)->ndims)
-#define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS)
+#define EV_MEAS0(p)	(EV_DIM0 + (p)->ndims)
+#define EV_NATTS(p)	(EV_MEAS0(p) + (p)->nmeasures)
+#define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES)
 
 extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
 extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,

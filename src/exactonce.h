@@ -26,6 +26,7 @@
 #include "utils/numeric.h"
 
 #define EXACTONCE_MAX_DIMENSIONS	16
+#define EXACTONCE_MAX_MEASURES		16	/* numeric measures besides value */
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
 #define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained
 										 * in parallel */

@@ -35,16 +35,26 @@
 PG_FUNCTION_INFO_V1(exactonce_release);
 
 /*
+ * A pipeline with measures or min_max stages these too; the ledgers of
+ * pipelines made before 1.3 do not have them.
+ */
+#define LEDGER_MORE(p)	((p)->nmeasures > 0 || (p)->any_min_max)
+#define LEDGER_MORE_COLUMNS ", measure_sums, measure_counts, member_cells, member_slots," \
+	" member_values, member_counts"
+
+/*
  * BuildLedgerStage: stage one batch unless its token is already known.
  */
 static const char *
 BuildLedgerStage(Pipeline *p)
 {
 	return psprintf("INSERT INTO %s.ledger (token, source, position, staged_at,"
-					" deltas, levels, cells, totals, keys)"
-					" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8)"
+					" deltas, levels, cells, totals, keys%s)"
+					" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8%s)"
 					" ON CONFLICT (token) DO NOTHING",
-					quote_identifier(p->name));
+					quote_identifier(p->name),
+					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "",
+					LEDGER_MORE(p) ? ", $9, $10, $11, $12, $13, $14" : "");
 }
 
 /*
@@ -53,9 +63,9 @@ BuildLedgerStage(Pipeline *p)
 static const char *
 BuildLedgerPending(Pipeline *p)
 {
-	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
+	return psprintf("SELECT token, levels, cells, totals, keys%s FROM %s.ledger"
 					" WHERE applied_at IS NULL ORDER BY staged_at, token FOR UPDATE",
-					quote_identifier(p->name));
+					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "", quote_identifier(p->name));
 }
 
 /*
@@ -64,10 +74,10 @@ BuildLedgerPending(Pipeline *p)
 static const char *
 BuildLedgerPendingTokens(Pipeline *p)
 {
-	return psprintf("SELECT token, levels, cells, totals, keys FROM %s.ledger"
+	return psprintf("SELECT token, levels, cells, totals, keys%s FROM %s.ledger"
 					" WHERE applied_at IS NULL AND token = ANY($1)"
 					" ORDER BY staged_at, token FOR UPDATE",
-					quote_identifier(p->name));
+					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "", quote_identifier(p->name));
 }
 
 /*
@@ -77,9 +87,12 @@ static const char *
 BuildLedgerApplied(Pipeline *p)
 {
 	return psprintf("UPDATE %s.ledger SET applied_at = now(), levels = NULL,"
-					" cells = NULL, totals = NULL, keys = NULL"
+					" cells = NULL, totals = NULL, keys = NULL%s"
 					" WHERE token = ANY($1) AND applied_at IS NULL",
-					quote_identifier(p->name));
+					quote_identifier(p->name),
+					LEDGER_MORE(p) ? ", measure_sums = NULL, measure_counts = NULL,"
+					" member_cells = NULL, member_slots = NULL, member_values = NULL,"
+					" member_counts = NULL" : "");
 }
 
 /*
@@ -96,17 +109,19 @@ BuildLedgerGC(Pipeline *p)
 /*
  * LedgerStage stages one batch of ndeltas deltas under its token, unless the
  * token is known already: its cells as parallel arrays (levels, a 2-D text[]
- * of cells, totals, key counts), the source and position it came from
- * (position < 0: none).
+ * of cells, totals, key counts, 2-D arrays of measure sums and counts), the
+ * changes of the leaf cells' values behind min and max, and the source and
+ * position it came from (position < 0: none).
  */
 void
 LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
-			int ndeltas, Datum levels, Datum cells, Datum totals, Datum keys)
+			int ndeltas, CellColumns *cells, MemberColumns *members)
 {
-	Oid			types[8] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
-	TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
-	Datum		values[8];
-	char		nulls[9] = "        ";
+	Oid			types[14] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
+		TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID, NUMERICARRAYOID, INT8ARRAYOID,
+	TEXTARRAYOID, INT4ARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
+	Datum		values[14];
+	char		nulls[15] = "              ";
 	bytea	   *tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
 
 	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
@@ -117,17 +132,34 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 	if (position < 0)
 		nulls[2] = 'n';
 	values[3] = Int32GetDatum(ndeltas);
-	values[4] = levels;
-	values[5] = cells;
-	values[6] = totals;
-	values[7] = keys;
-	StatementExec(StatementPrepare(p, BuildLedgerStage, 8, types), values, nulls, -1);
+	values[4] = cells->levels;
+	values[5] = CellFlatten(cells->dims, p->ndims, cells->ncells, TEXTOID);
+	values[6] = cells->totals;
+	values[7] = cells->keys;
+	if (LEDGER_MORE(p))
+	{
+		values[8] = CellFlatten(cells->sums, p->nmeasures, cells->ncells, NUMERICOID);
+		values[9] = CellFlatten(cells->counts, p->nmeasures, cells->ncells, INT8OID);
+		if (members->nmembers > 0)
+		{
+			values[10] = CellFlatten(members->dims, p->ndims, members->nmembers, TEXTOID);
+			values[11] = members->slots;
+			values[12] = members->values;
+			values[13] = members->counts;
+		}
+		else
+			memset(nulls + 10, 'n', 4);
+	}
+	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 14 : 8, types),
+				  values, nulls, -1);
 }
 
 /*
  * LedgerLockStaged locks the staged batches, all of them or those among
  * tokens (a bytea[]) when have_tokens, oldest first, and returns them: token,
- * levels, cells, totals, keys.  The caller frees the table.
+ * levels, cells, totals, keys and, for a pipeline with measures or min_max,
+ * measure_sums, measure_counts, member_cells, member_slots, member_values,
+ * member_counts.  The caller frees the table.
  */
 SPITupleTable *
 LedgerLockStaged(Pipeline *p, Datum tokens, bool have_tokens)

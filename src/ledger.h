@@ -11,11 +11,13 @@
 
 #include "executor/spi.h"
 
+#include "cell.h"
+#include "extrema.h"
 #include "pipeline.h"
 
 extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
-						int64 position, int ndeltas, Datum levels, Datum cells,
-						Datum totals, Datum keys);
+						int64 position, int ndeltas, CellColumns *cells,
+						MemberColumns *members);
 extern SPITupleTable *LedgerLockStaged(Pipeline *p, Datum tokens,
 									   bool have_tokens);
 extern void LedgerMarkApplied(Pipeline *p, Datum *tokens, int n);

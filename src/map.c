@@ -23,6 +23,7 @@
 #include "utils/typcache.h"
 
 #include "cell.h"
+#include "extrema.h"
 #include "fault.h"
 #include "ledger.h"
 #include "map.h"
@@ -60,6 +61,33 @@ DeltaCmp(const void *a, const void *b, void *arg)
 }
 
 /*
+ * DeltaCmpAll orders deltas as DeltaCmp does, then by their measures (NULL
+ * first), which only deltas a caller brings can need: the state stage
+ * yields one delta per key, version and cell.
+ */
+static int
+DeltaCmpAll(const void *a, const void *b, void *arg)
+{
+	const Delta *da = *(Delta *const *) a;
+	const Delta *db = *(Delta *const *) b;
+	Pipeline   *p = (Pipeline *) arg;
+	int			c = DeltaCmp(a, b, &p->ndims);
+
+	for (int i = 0; c == 0 && i < p->nmeasures; i++)
+	{
+		Numeric		ma = da->measures[i];
+		Numeric		mb = db->measures[i];
+
+		if (ma == NULL || mb == NULL)
+			c = (ma != NULL) - (mb != NULL);
+		else
+			c = DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(ma),
+												  NumericGetDatum(mb)));
+	}
+	return c;
+}
+
+/*
  * HashText feeds a length-prefixed text into the hash.
  */
 static void
@@ -83,9 +111,25 @@ HashInt64(pg_cryptohash_ctx *ctx, int64 v)
 }
 
 /*
+ * HashNumeric feeds a normalised, length-prefixed numeric into the hash.
+ */
+static void
+HashNumeric(pg_cryptohash_ctx *ctx, Numeric n)
+{
+	char	   *num = numeric_normalize(n);
+	uint32		len = pg_hton32(strlen(num));
+
+	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
+	pg_cryptohash_update(ctx, (uint8 *) num, strlen(num));
+	pfree(num);
+}
+
+/*
  * DeltaToken computes the SHA-256 of the canonical encoding of the deltas:
  * sorted, each as key, version, cell values and change, every text length-
- * prefixed and every number in a fixed format.
+ * prefixed and every number in a fixed format.  A pipeline with measures
+ * adds each delta's measures (a NULL as the length 0xFFFFFFFF) and, ahead
+ * of them all, their number.
  */
 static void
 DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
@@ -95,31 +139,56 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 
 	for (int i = 0; i < n; i++)
 		sorted[i] = &deltas[i];
-	qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
+	if (p->nmeasures > 0)
+		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmpAll, p);
+	else
+		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
 
 	if (pg_cryptohash_init(ctx) < 0)
 		elog(ERROR, "could not initialize SHA-256: %s", pg_cryptohash_error(ctx));
 	HashInt64(ctx, p->ndims);
+	if (p->nmeasures > 0)
+		HashInt64(ctx, p->nmeasures);
 	for (int i = 0; i < n; i++)
 	{
 		Delta	   *d = sorted[i];
-		char	   *num = numeric_normalize(d->total);
-		uint32		len = pg_hton32(strlen(num));
 
 		CHECK_FOR_INTERRUPTS();
 		HashText(ctx, d->key);
 		HashInt64(ctx, d->version);
 		for (int j = 0; j < p->ndims; j++)
 			HashText(ctx, (text *) DatumGetPointer(d->cell[j]));
-		pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
-		pg_cryptohash_update(ctx, (uint8 *) num, strlen(num));
+		HashNumeric(ctx, d->total);
 		HashInt64(ctx, d->keys);
-		pfree(num);
+		for (int j = 0; j < p->nmeasures; j++)
+		{
+			uint32		none = 0xFFFFFFFF;
+
+			if (d->measures[j] == NULL)
+				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
+			else
+				HashNumeric(ctx, d->measures[j]);
+		}
 	}
 	if (pg_cryptohash_final(ctx, token, EXACTONCE_TOKEN_LEN) < 0)
 		elog(ERROR, "could not finalize SHA-256: %s", pg_cryptohash_error(ctx));
 	pg_cryptohash_free(ctx);
 	pfree(sorted);
+}
+
+/*
+ * DeltaChange is the change a delta makes to its cell.
+ */
+static void
+DeltaChange(Pipeline *p, Delta *d, CellChange *change)
+{
+	change->total = d->total;
+	change->keys = d->keys;
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		change->sums[i] = d->measures[i];
+		change->counts[i] = d->measures[i] ? d->keys : 0;
+	}
 }
 
 /*
@@ -135,71 +204,50 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 	Cell	   *leaf;
 
 	for (int i = 0; i < n; i++)
-		CellTableAdd(leaves, p->ndims, deltas[i].cell, deltas[i].total, deltas[i].keys);
+	{
+		CellChange	change;
+
+		DeltaChange(p, &deltas[i], &change);
+		CellTableAdd(leaves, p, p->ndims, deltas[i].cell, &change);
+	}
 	hash_seq_init(&seq, leaves);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
 		for (int level = 0; level <= p->ndims; level++)
-			CellTableAdd(cells, level, leaf->dims, leaf->total, leaf->keys);
+			CellTableAdd(cells, p, level, leaf->dims, &leaf->change);
 	hash_destroy(leaves);
 	return cells;
 }
 
 /*
- * Flatten2D stacks the per-dimension text[] columns into one text[ncells][ndims].
- */
-static Datum
-Flatten2D(Pipeline *p, Datum *dimcols, int ncells)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(ncells * p->ndims, 1));
-	bool	   *nulls = palloc(sizeof(bool) * Max(ncells * p->ndims, 1));
-	int			dims[2] = {ncells, p->ndims};
-	int			lbs[2] = {1, 1};
-
-	if (ncells == 0)
-		return PointerGetDatum(construct_empty_array(TEXTOID));
-	for (int i = 0; i < p->ndims; i++)
-	{
-		ArrayType  *col = DatumGetArrayTypeP(dimcols[i]);
-		Datum	   *v;
-		bool	   *nl;
-		int			n;
-
-		deconstruct_array(col, TEXTOID, -1, false, TYPALIGN_INT, &v, &nl, &n);
-		for (int c = 0; c < ncells; c++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			elems[c * p->ndims + i] = v[c];
-			nulls[c * p->ndims + i] = nl[c];
-		}
-	}
-	return PointerGetDatum(construct_md_array(elems, nulls, 2, dims, lbs,
-											  TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/*
  * MapStage pre-aggregates n deltas at every rollup level and stages them
- * under their token, which it writes to token.  It returns false (staging
- * nothing) for an empty batch.
+ * under their token, which it writes to token, with the changes of the
+ * leaf cells' values behind min and max.  It returns false (staging nothing)
+ * for an empty batch.
  */
 bool
 MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 		 uint8 *token)
 {
 	HTAB	   *cells;
-	Datum		levels,
-				totals,
-				keys;
-	Datum		dimcols[EXACTONCE_MAX_DIMENSIONS];
-	int			ncells;
+	CellColumns cols;
+	MemberColumns members;
 
 	if (n == 0)
 		return false;
 	DeltaToken(p, deltas, n, token);
 
 	cells = RollUp(p, deltas, n);
-	ncells = CellArrays(p, cells, &levels, dimcols, &totals, &keys);
-	LedgerStage(p, token, source, position, n, levels, Flatten2D(p, dimcols, ncells),
-				totals, keys);
+	CellColumnsOf(p, cells, &cols);
+	members.nmembers = 0;
+	if (p->any_min_max)
+	{
+		HTAB	   *leaves = ExtremaTableCreate();
+
+		ExtremaOfDeltas(p, deltas, n, leaves);
+		ExtremaColumnsOf(p, leaves, &members);
+		hash_destroy(leaves);
+	}
+	LedgerStage(p, token, source, position, n, &cols, &members);
 	hash_destroy(cells);
 
 	FaultMaybeFail(FAULT_MAP);
@@ -224,6 +272,51 @@ SourceArg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * MeasuresFromArray reads the measures of delta i from a numeric[] (0: none
+ * given, all NULL).
+ */
+static Numeric *
+MeasuresFromArray(Pipeline *p, int i, Datum arr)
+{
+	Numeric    *measures;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (p->nmeasures == 0)
+	{
+		if (arr != (Datum) 0 && ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(arr)),
+											   ARR_DIMS(DatumGetArrayTypeP(arr))) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("delta %d has measures, pipeline \"%s\" has none", i + 1, p->name)));
+		return NULL;
+	}
+	measures = palloc0(sizeof(Numeric) * p->nmeasures);
+	if (arr == (Datum) 0)
+		return measures;
+	deconstruct_array(DatumGetArrayTypeP(arr), NUMERICOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n != p->nmeasures || ARR_NDIM(DatumGetArrayTypeP(arr)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d has %d measures, pipeline \"%s\" has %d",
+						i + 1, n, p->name, p->nmeasures)));
+	for (int j = 0; j < n; j++)
+		if (!nulls[j])
+		{
+			Numeric		m = DatumGetNumeric(elems[j]);
+
+			if (numeric_is_nan(m) || numeric_is_inf(m))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("delta %d has a measure that is not a finite number", i + 1)));
+			measures[j] = m;
+		}
+	return measures;
+}
+
+/*
  * DeltasFromArray turns an exactonce.delta[] into deltas.
  */
 static Delta *
@@ -241,8 +334,8 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 	{
 		HeapTupleHeader rec;
 		HeapTupleData tuple;
-		Datum		values[5];
-		bool		isnull[5];
+		Datum		values[6];
+		bool		isnull[6];
 		Datum	   *cell;
 		bool	   *cellnulls;
 		int			ncell;
@@ -259,6 +352,11 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
 		tuple.t_data = rec;
 		heap_deform_tuple(&tuple, desc, values, isnull);
+		if (desc->natts < 6 && p->nmeasures > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the exactonce library is newer than the extension's SQL objects"),
+					 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 		for (int a = 0; a < 5; a++)
 			if (isnull[a])
 				ereport(ERROR,
@@ -284,6 +382,7 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		deltas[i].version = DatumGetInt64(values[1]);
 		deltas[i].total = DatumGetNumeric(values[3]);
 		deltas[i].keys = DatumGetInt64(values[4]);
+		deltas[i].measures = MeasuresFromArray(p, i, desc->natts < 6 || isnull[5] ? (Datum) 0 : values[5]);
 	}
 	*ndeltas = n;
 	return deltas;

@@ -303,8 +303,8 @@ BuildQueueInsert(Pipeline *p)
 static void
 QueueInsert(Pipeline *p, Event *events, int n)
 {
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + EV_DIM0];
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + EV_DIM0];
+	Datum		values[EV_MAX_NATTS];
+	Oid			types[EV_MAX_NATTS];
 	Event	  **ptrs = palloc(sizeof(Event *) * Max(n, 1));
 
 	for (int j = 0; j < n; j++)

@@ -141,6 +141,127 @@ CheckDimensions(ArrayType *arr, char **dims)
 }
 
 /*
+ * CheckMeasures validates the measures of a new pipeline: numeric columns
+ * besides value, named like dimensions and unlike any column the pipeline's
+ * relations have (dimensions, theirs, and the aggregates' <measure>_sum,
+ * _count, _avg, _min and _max).
+ */
+static int
+CheckMeasures(ArrayType *arr, char **measures, char **dims, int ndims)
+{
+	static const char *const suffixes[] = {"_sum", "_count", "_avg", "_min", "_max"};
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("measures must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > EXACTONCE_MAX_MEASURES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline can have at most %d measures", EXACTONCE_MAX_MEASURES)));
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("measure names must not be NULL")));
+		measures[i] = TextDatumGetCString(elems[i]);
+		CheckIdentifier("measure", measures[i]);
+		if (strlen(measures[i]) > NAMEDATALEN - 1 - strlen("_count"))
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("measure name \"%s\" is too long", measures[i]),
+					 errdetail("The aggregates table has a column \"%s_count\", which must fit in %d characters.",
+							   measures[i], NAMEDATALEN - 1)));
+		for (const char *const *r = reserved_columns; *r; r++)
+			if (strcmp(measures[i], *r) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_RESERVED_NAME),
+						 errmsg("measure name \"%s\" is reserved", measures[i]),
+						 errdetail("The pipeline's own relations already have a column of that name."),
+						 errhint("The event's value is always a measure; name the others otherwise.")));
+		for (int j = 0; j < i; j++)
+			if (strcmp(measures[i], measures[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("measure \"%s\" is listed twice", measures[i])));
+		for (int d = 0; d < ndims; d++)
+		{
+			bool		clash = strcmp(measures[i], dims[d]) == 0;
+
+			for (int k = 0; k < lengthof(suffixes) && !clash; k++)
+				clash = strcmp(psprintf("%s%s", measures[i], suffixes[k]), dims[d]) == 0 ||
+					strcmp(psprintf("value%s", suffixes[k]), dims[d]) == 0;
+			if (clash)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("measure \"%s\" and dimension \"%s\" would share a column name", measures[i], dims[d]),
+						 errhint("Rename the measure or the dimension.")));
+		}
+	}
+	return n;
+}
+
+/*
+ * CheckMinMax validates the measures whose min and max a new pipeline keeps
+ * per cell ("value" or declared measures) and marks them in min_max.
+ */
+static void
+CheckMinMax(ArrayType *arr, char **measures, int nmeasures, char **dims, int ndims,
+			bool *min_max)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("min_max must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *m = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
+		int			slot = -1;
+
+		if (m && strcmp(m, "value") == 0)
+			slot = 0;
+		for (int j = 0; m && slot < 0 && j < nmeasures; j++)
+			if (strcmp(m, measures[j]) == 0)
+				slot = 1 + j;
+		if (slot < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("min_max names \"%s\", which is not a measure", m ? m : "NULL"),
+					 errhint("List \"value\" or measures declared in measures.")));
+		if (min_max[slot])
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_COLUMN),
+					 errmsg("min_max lists \"%s\" twice", m)));
+		for (int d = 0; slot == 0 && d < ndims; d++)
+			if (strcmp(dims[d], "value_min") == 0 || strcmp(dims[d], "value_max") == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("min_max of value and dimension \"%s\" would share a column name", dims[d]),
+						 errhint("Rename the dimension.")));
+		min_max[slot] = true;
+	}
+}
+
+/*
+ * PipelineExtremumName names a min_max slot: value, or a measure.
+ */
+const char *
+PipelineExtremumName(Pipeline *p, int slot)
+{
+	return slot == 0 ? "value" : p->measures[slot - 1];
+}
+
+/*
  * ParseMode turns the mode argument into a PipelineMode.
  */
 static PipelineMode
@@ -183,13 +304,55 @@ AppendDims(StringInfo sql, char **dims, int ndims, bool not_null)
 }
 
 /*
+ * AppendMeasures appends ", <measure> numeric" for each measure: NULL where
+ * an event has none.
+ */
+static void
+AppendMeasures(StringInfo sql, Pipeline *def)
+{
+	for (int i = 0; i < def->nmeasures; i++)
+		appendStringInfo(sql, ", %s numeric", quote_identifier(def->measures[i]));
+}
+
+/*
+ * AppendAggregateMeasures appends the aggregates' columns of each measure:
+ * sum, count and avg over the cell's contributions that have it, and min and
+ * max for those that keep them.
+ */
+static void
+AppendAggregateMeasures(StringInfo sql, Pipeline *def)
+{
+	for (int i = 0; i < def->nmeasures; i++)
+	{
+		const char *m = def->measures[i];
+
+		appendStringInfo(sql, "%s numeric NOT NULL DEFAULT 0, %s bigint NOT NULL DEFAULT 0,"
+						 " %s numeric GENERATED ALWAYS AS (%s OPERATOR(pg_catalog./) NULLIF(%s, 0)) STORED, ",
+						 quote_identifier(psprintf("%s_sum", m)),
+						 quote_identifier(psprintf("%s_count", m)),
+						 quote_identifier(psprintf("%s_avg", m)),
+						 quote_identifier(psprintf("%s_sum", m)),
+						 quote_identifier(psprintf("%s_count", m)));
+	}
+	for (int slot = 0; slot <= def->nmeasures; slot++)
+		if (def->min_max[slot])
+			appendStringInfo(sql, "%s numeric, %s numeric, ",
+							 quote_identifier(psprintf("%s_min", PipelineExtremumName(def, slot))),
+							 quote_identifier(psprintf("%s_max", PipelineExtremumName(def, slot))));
+}
+
+/*
  * BuildPipelineDDL returns the statements that create a pipeline's schema.
  */
 static char *
-BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, int nshards)
+BuildPipelineDDL(Pipeline *def, int nshards)
 {
 	StringInfoData sql;
+	const char *name = def->name;
 	const char *s = quote_identifier(name);
+	char	  **dims = def->dims;
+	int			ndims = def->ndims;
+	PipelineMode mode = def->mode;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE SCHEMA %s;\n", s);
@@ -235,6 +398,7 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
 					 " version bigint NOT NULL, value numeric NOT NULL", s);
 	AppendDims(&sql, dims, ndims, true);
+	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),"
 					 " ingest_slot integer NOT NULL,"
@@ -279,6 +443,7 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY,"
 						 " version bigint NOT NULL, value numeric NOT NULL", s);
 		AppendDims(&sql, dims, ndims, true);
+		AppendMeasures(&sql, def);
 		appendStringInfo(&sql, ", deleted boolean NOT NULL, updated_at timestamptz NOT NULL"
 						 ") WITH (fillfactor = 50);\n"
 						 "COMMENT ON TABLE %s.state IS 'exactonce: each key''s highest version (deleted = tombstone)';\n",
@@ -301,8 +466,9 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	appendStringInfo(&sql, "CREATE TABLE %s.aggregates (", s);
 	for (int i = 0; i < ndims; i++)
 		appendStringInfo(&sql, "%s text, ", quote_identifier(dims[i]));
-	appendStringInfo(&sql, "level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL,"
-					 " updated_at timestamptz NOT NULL) WITH (fillfactor = 50);\n"
+	appendStringInfoString(&sql, "level integer NOT NULL, total numeric NOT NULL, keys bigint NOT NULL, ");
+	AppendAggregateMeasures(&sql, def);
+	appendStringInfo(&sql, "updated_at timestamptz NOT NULL) WITH (fillfactor = 50);\n"
 					 "CREATE UNIQUE INDEX aggregates_cell ON %s.aggregates (level", s);
 	for (int i = 0; i < ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(dims[i]));
@@ -314,6 +480,7 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
 	AppendDims(&sql, dims, ndims, false);
+	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
 					 " failed_at timestamptz NOT NULL DEFAULT pg_catalog.now());\n"
 					 "COMMENT ON TABLE %s.dead_letters IS 'exactonce: events that could not be applied, as they arrived, with the reason';\n",
@@ -323,13 +490,23 @@ BuildPipelineDDL(const char *name, char **dims, int ndims, PipelineMode mode, in
 	appendStringInfo(&sql,
 					 "CREATE TABLE %s.ledger (token bytea PRIMARY KEY, source text NOT NULL,"
 					 " position bigint, staged_at timestamptz NOT NULL, applied_at timestamptz,"
-					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[]);\n"
+					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[],"
+					 " measure_sums numeric[], measure_counts bigint[], member_cells text[],"
+					 " member_slots integer[], member_values numeric[], member_counts bigint[]);\n"
 					 "CREATE INDEX ledger_staged ON %s.ledger (staged_at) WHERE applied_at IS NULL;\n"
 					 "CREATE INDEX ledger_source ON %s.ledger (source, position) WHERE applied_at IS NOT NULL;\n"
 					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n"
 					 "COMMENT ON INDEX %s.ledger_staged IS 'exactonce: the staged batches, for reduce';\n"
 					 "COMMENT ON INDEX %s.ledger_source IS 'exactonce: applied tokens by source position, for release';\n",
 					 s, s, s, s, s, s);
+
+	/* extrema: the values of each cell whose min and max it keeps */
+	if (def->any_min_max)
+		appendStringInfo(&sql,
+						 "CREATE TABLE %s.extrema (cell text[] COLLATE \"C\", measure text COLLATE \"C\","
+						 " value numeric, n bigint NOT NULL, PRIMARY KEY (cell, measure, value));\n"
+						 "COMMENT ON TABLE %s.extrema IS 'exactonce: the values of each measure kept with min_max in each cell (cell: the values of its dimensions), each with the number of contributions that have it';\n",
+						 s, s);
 	return sql.data;
 }
 
@@ -390,6 +567,7 @@ CheckOwnership(Pipeline *p)
 		{get_relname_relid("ledger", p->nspid), RELKIND_RELATION},
 		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
 		{p->mode == PIPELINE_ACCUMULATE ? p->seen : p->state, RELKIND_RELATION},
+		{p->any_min_max ? p->extrema : p->state, RELKIND_RELATION},
 	};
 	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
 	bool		ok = HeapTupleIsValid(tup) &&
@@ -436,6 +614,24 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	if (p->nshards < 1 || p->nshards > EXACTONCE_MAX_SHARDS)
 		elog(ERROR, "pipeline \"%s\" has %d shards", p->name, p->nshards);
 
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 7, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	if (n > EXACTONCE_MAX_MEASURES)
+		elog(ERROR, "pipeline \"%s\" has %d measures", p->name, n);
+	p->nmeasures = n;
+	for (int i = 0; i < n; i++)
+		p->measures[i] = TextDatumGetCString(elems[i]);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *m = TextDatumGetCString(elems[i]);
+
+		for (int slot = 0; slot <= p->nmeasures; slot++)
+			if (strcmp(m, PipelineExtremumName(p, slot)) == 0)
+				p->min_max[slot] = p->any_min_max = true;
+	}
+
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
 		ereport(ERROR,
@@ -452,7 +648,9 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->seen_pkey = get_relname_relid("seen_pkey", p->nspid);
 	p->progress = get_relname_relid("progress", p->nspid);
 	p->shard = get_relname_relid("shard", p->nspid);
-	if (!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
+	p->extrema = get_relname_relid("extrema", p->nspid);
+	if ((p->any_min_max && !OidIsValid(p->extrema)) ||
+		!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
 		!OidIsValid(p->shard) ||
 		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||
 		(p->mode == PIPELINE_ACCUMULATE && !OidIsValid(p->seen_pkey)))
@@ -465,7 +663,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	return p;
 }
 
-#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards"
+#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -613,59 +811,65 @@ PipelineRequireReadCommitted(const char *what)
 Datum
 exactonce_create_pipeline(PG_FUNCTION_ARGS)
 {
-	char	   *name;
-	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
-	int			ndims;
-	PipelineMode mode;
+	Pipeline	def = {0};
 	int			nshards;
 	int			nestlevel;
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID};
-	Datum		values[5];
+	Oid			types[7] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
+	TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[7];
 
-	if (PG_NARGS() != 4)
+	if (PG_NARGS() != 6)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("name, dimensions, mode and shards of a pipeline must not be NULL")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	CheckIdentifier("pipeline", name);
-	mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), dims);
+	for (int i = 0; i < 6; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("name, dimensions, mode, shards, measures and min_max of a pipeline must not be NULL")));
+	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	CheckIdentifier("pipeline", def.name);
+	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	def.ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), def.dims);
 	nshards = CheckShards(PG_GETARG_INT32(3));
+	def.nmeasures = CheckMeasures(PG_GETARG_ARRAYTYPE_P(4), def.measures, def.dims, def.ndims);
+	CheckMinMax(PG_GETARG_ARRAYTYPE_P(5), def.measures, def.nmeasures, def.dims, def.ndims,
+				def.min_max);
+	for (int slot = 0; slot <= def.nmeasures; slot++)
+		def.any_min_max |= def.min_max[slot];
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 
-	values[0] = CStringGetTextDatum(name);
+	values[0] = CStringGetTextDatum(def.name);
 	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("pipeline \"%s\" already exists", name),
-				 errhint("Choose another name, or drop it first with exactonce.drop_pipeline('%s').", name)));
-	if (OidIsValid(get_namespace_oid(name, true)))
+				 errmsg("pipeline \"%s\" already exists", def.name),
+				 errhint("Choose another name, or drop it first with exactonce.drop_pipeline('%s').", def.name)));
+	if (OidIsValid(get_namespace_oid(def.name, true)))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_SCHEMA),
-				 errmsg("schema \"%s\" already exists", name),
+				 errmsg("schema \"%s\" already exists", def.name),
 				 errdetail("A pipeline creates and owns a schema of its own name."),
 				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
 
-	if (SPI_execute(BuildPipelineDDL(name, dims, ndims, mode, nshards), false, 0) < 0)
-		elog(ERROR, "could not create the relations of pipeline \"%s\"", name);
+	if (SPI_execute(BuildPipelineDDL(&def, nshards), false, 0) < 0)
+		elog(ERROR, "could not create the relations of pipeline \"%s\"", def.name);
 
-	values[1] = CStringGetTextDatum(mode == PIPELINE_LATEST ? "latest" : "accumulate");
+	values[1] = CStringGetTextDatum(def.mode == PIPELINE_LATEST ? "latest" : "accumulate");
 	values[2] = PG_GETARG_DATUM(1);
 	values[3] = ObjectIdGetDatum(GetUserId());
 	values[4] = Int32GetDatum(nshards);
-	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards)"
-				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5)",
-				 5, types, values, 1);
+	values[5] = PG_GETARG_DATUM(4);
+	values[6] = PG_GETARG_DATUM(5);
+	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures, min_max)"
+				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7)",
+				 7, types, values, 1);
 
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

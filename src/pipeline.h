@@ -30,6 +30,11 @@ typedef struct Pipeline
 	PipelineMode mode;
 	int			ndims;
 	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			nmeasures;		/* numeric measures besides value */
+	char	   *measures[EXACTONCE_MAX_MEASURES];
+	/* min and max kept per cell: of value (0) and of measure i (1 + i) */
+	bool		min_max[1 + EXACTONCE_MAX_MEASURES];
+	bool		any_min_max;
 	Oid			owner;
 	Oid			nspid;
 	Oid			ingest;			/* partitioned parent */
@@ -39,6 +44,7 @@ typedef struct Pipeline
 	Oid			seen;			/* accumulate mode only */
 	Oid			seen_pkey;
 	Oid			progress;
+	Oid			extrema;		/* with min_max: each cell's values */
 	Oid			shard;			/* drain position of each shard */
 	int			nshards;
 	Oid			caller;			/* while acting as owner: who called, */
@@ -56,5 +62,6 @@ extern List *PipelineListIds(List **shards);
 extern int	PipelineShards(int32 id);
 extern void PipelineRequireReadCommitted(const char *what);
 extern Oid	PipelineRelationOwner(Oid relid);
+extern const char *PipelineExtremumName(Pipeline *p, int slot);
 
 #endif							/* EXACTONCE_PIPELINE_H */

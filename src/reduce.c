@@ -21,6 +21,7 @@
 #include "utils/builtins.h"
 
 #include "cell.h"
+#include "extrema.h"
 #include "fault.h"
 #include "ledger.h"
 #include "progress.h"
@@ -30,28 +31,75 @@
 PG_FUNCTION_INFO_V1(exactonce_reduce_apply);
 
 /*
- * BuildAggUpsert: add per-cell changes to aggregates.
+ * BuildAggUpsert: add per-cell changes to aggregates, with the sums and
+ * counts of the measures (their averages follow, as generated columns), and
+ * set the min and max of the cells kept in extrema.
  */
 static const char *
 BuildAggUpsert(Pipeline *p)
 {
 	StringInfoData sql;
+	StringInfoData cell;
 	const char *s = quote_identifier(p->name);
 	int			arg = 2;
+
+	initStringInfo(&cell);
+	appendStringInfoString(&cell, "(ARRAY[");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&cell, "%su.d%d", i > 0 ? ", " : "", i);
+	appendStringInfoString(&cell, "]::text[])[1:u.level]");
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s.aggregates AS a (level", s);
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
-	appendStringInfoString(&sql, ", total, keys, updated_at) SELECT u.*, now() FROM unnest($1::int4[]");
+	appendStringInfoString(&sql, ", total, keys");
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(&sql, ", %s, %s",
+						 quote_identifier(psprintf("%s_sum", p->measures[i])),
+						 quote_identifier(psprintf("%s_count", p->measures[i])));
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(&sql, ", %s, %s",
+							 quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
+							 quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
+	appendStringInfoString(&sql, ", updated_at) SELECT u.*");
+	ExtremaAppendLookups(&sql, p, cell.data);
+	appendStringInfoString(&sql, ", now() FROM unnest($1::int4[]");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", $%d::text[]", arg++);
-	appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]) AS u ON CONFLICT (level", arg, arg + 1);
+	appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]", arg, arg + 1);
+	arg += 2;
+	for (int i = 0; i < p->nmeasures; i++, arg += 2)
+		appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]", arg, arg + 1);
+	appendStringInfoString(&sql, ") AS u(level");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", d%d", i);
+	appendStringInfoString(&sql, ", total, keys");
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(&sql, ", s%d, c%d", i, i);
+	appendStringInfoString(&sql, ") ON CONFLICT (level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
 	appendStringInfoString(&sql, ") DO UPDATE SET total = a.total + excluded.total,"
-						   " keys = a.keys + excluded.keys, updated_at = excluded.updated_at"
-						   " RETURNING a.ctid, a.keys, a.total");
+						   " keys = a.keys + excluded.keys, updated_at = excluded.updated_at");
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		const char *sum = quote_identifier(psprintf("%s_sum", p->measures[i]));
+		const char *count = quote_identifier(psprintf("%s_count", p->measures[i]));
+
+		appendStringInfo(&sql, ", %s = a.%s + excluded.%s, %s = a.%s + excluded.%s",
+						 sum, sum, sum, count, count, count);
+	}
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			const char *min = quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot)));
+			const char *max = quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot)));
+
+			appendStringInfo(&sql, ", %s = excluded.%s, %s = excluded.%s", min, min, max, max);
+		}
+	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total");
 	return sql.data;
 }
 
@@ -67,10 +115,11 @@ BuildAggDelete(Pipeline *p)
 
 /*
  * MergeStaged adds the staged batches of tt (LedgerLockStaged) to the cell
- * table and returns their tokens.
+ * table, and the changes of their values behind min and max to members,
+ * and returns their tokens.
  */
 static Datum *
-MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
+MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *ntokens)
 {
 	uint64		n = tt->numvals;
 	Datum	   *tokens = palloc(sizeof(Datum) * Max(n, 1));
@@ -78,30 +127,50 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 	for (uint64 r = 0; r < n; r++)
 	{
 		HeapTuple	tup = tt->vals[r];
+		TupleDesc	desc = tt->tupdesc;
 		bool		isnull;
 		Datum	   *levels,
 				   *cellv,
 				   *totals,
-				   *keys;
-		bool	   *cellnulls;
-		int			ncells,
-					nflat;
+				   *keys,
+				   *sums = NULL,
+				   *counts = NULL;
+		bool	   *cellnulls,
+				   *sumnulls;
+		int			ncells;
 
 		CHECK_FOR_INTERRUPTS();
-		tokens[r] = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, tt->tupdesc, 1, &isnull)));
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, tt->tupdesc, 2, &isnull)),
+		tokens[r] = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 1, &isnull)));
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 2, &isnull)),
 						  INT4OID, 4, true, TYPALIGN_INT, &levels, NULL, &ncells);
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, tt->tupdesc, 3, &isnull)),
-						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, &cellnulls, &nflat);
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, tt->tupdesc, 4, &isnull)),
+		CellUnflatten(SPI_getbinval(tup, desc, 3, &isnull), TEXTOID, p->ndims, ncells,
+					  &cellv, &cellnulls);
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
 						  NUMERICOID, -1, false, TYPALIGN_INT, &totals, NULL, &ncells);
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, tt->tupdesc, 5, &isnull)),
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 5, &isnull)),
 						  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &keys, NULL, &ncells);
-		if (nflat != ncells * p->ndims)
-			elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
+		if (p->nmeasures > 0)
+		{
+			CellUnflatten(SPI_getbinval(tup, desc, 6, &isnull), NUMERICOID, p->nmeasures,
+						  ncells, &sums, &sumnulls);
+			CellUnflatten(SPI_getbinval(tup, desc, 7, &isnull), INT8OID, p->nmeasures,
+						  ncells, &counts, &sumnulls);
+		}
 		for (int c = 0; c < ncells; c++)
-			CellTableAdd(cells, DatumGetInt32(levels[c]), &cellv[c * p->ndims],
-						 DatumGetNumeric(totals[c]), DatumGetInt64(keys[c]));
+		{
+			CellChange	change;
+
+			change.total = DatumGetNumeric(totals[c]);
+			change.keys = DatumGetInt64(keys[c]);
+			for (int i = 0; i < p->nmeasures; i++)
+			{
+				change.sums[i] = DatumGetNumeric(sums[c * p->nmeasures + i]);
+				change.counts[i] = DatumGetInt64(counts[c * p->nmeasures + i]);
+			}
+			CellTableAdd(cells, p, DatumGetInt32(levels[c]), &cellv[c * p->ndims], &change);
+		}
+		if (p->any_min_max)
+			ExtremaMergeStaged(p, tup, desc, 8, members, cells);
 	}
 	*ntokens = (int) n;
 	return tokens;
@@ -114,28 +183,41 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 static void
 ApplyCells(Pipeline *p, HTAB *cells)
 {
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3];
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3];
-	Datum		totals,
-				keys;
-	int			ncells;
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES];
+	CellColumns cols;
+	int			ncells,
+				nargs;
 	ItemPointer empty;
 	Datum	   *emptyd;
 	int			nempty = 0;
 	Oid			deltype[1] = {TIDARRAYOID};
 	Datum		delval[1];
 
-	ncells = CellArrays(p, cells, &values[0], &values[1], &totals, &keys);
+	CellColumnsOf(p, cells, &cols);
+	ncells = cols.ncells;
 	if (ncells == 0)
 		return;
-	values[p->ndims + 1] = totals;
-	values[p->ndims + 2] = keys;
+	values[0] = cols.levels;
 	types[0] = INT4ARRAYOID;
 	for (int i = 0; i < p->ndims; i++)
+	{
+		values[1 + i] = cols.dims[i];
 		types[1 + i] = TEXTARRAYOID;
-	types[p->ndims + 1] = NUMERICARRAYOID;
-	types[p->ndims + 2] = INT8ARRAYOID;
-	StatementExec(StatementPrepare(p, BuildAggUpsert, p->ndims + 3, types),
+	}
+	nargs = p->ndims + 1;
+	values[nargs] = cols.totals;
+	types[nargs++] = NUMERICARRAYOID;
+	values[nargs] = cols.keys;
+	types[nargs++] = INT8ARRAYOID;
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		values[nargs] = cols.sums[i];
+		types[nargs++] = NUMERICARRAYOID;
+		values[nargs] = cols.counts[i];
+		types[nargs++] = INT8ARRAYOID;
+	}
+	StatementExec(StatementPrepare(p, BuildAggUpsert, nargs, types),
 				  values, NULL, ncells);
 
 	empty = palloc(sizeof(ItemPointerData) * ncells);
@@ -187,21 +269,27 @@ int
 ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 {
 	HTAB	   *cells = CellTableCreate();
+	HTAB	   *members = p->any_min_max ? ExtremaTableCreate() : NULL;
 	Datum	   *applied;
 	int			napplied;
 	SPITupleTable *pending;
 
 	Assert(p->progress_locked);
 	pending = LedgerLockStaged(p, tokens, have_tokens);
-	applied = MergeStaged(p, pending, cells, &napplied);
+	applied = MergeStaged(p, pending, cells, members, &napplied);
 	if (napplied > 0)
 	{
+		/* the aggregates upsert reads the min and max from extrema */
+		if (members)
+			ExtremaApply(p, members);
 		ApplyCells(p, cells);
 		LedgerMarkApplied(p, applied, napplied);
 	}
 	/* a flush reduces batch after batch in one SPI connection */
 	SPI_freetuptable(pending);
 	hash_destroy(cells);
+	if (members)
+		hash_destroy(members);
 	if (napplied == 0)
 		return 0;
 

@@ -73,6 +73,7 @@ typedef struct KeyState
 	Numeric		value;
 	bool		deleted;
 	Datum	   *dims;			/* text; shared with the event it comes from */
+	Numeric    *measures;		/* ... as are these */
 	/* accumulate mode */
 	Numeric		total;
 	int64		events;
@@ -107,7 +108,7 @@ typedef struct StateWork
 	Relation	seen_index;
 	IndexScanDesc seen_scan;
 	TupleTableSlot *seen_slot;
-	AttrNumber	attnums[EV_DIM0 + EXACTONCE_MAX_DIMENSIONS];	/* latest: event columns */
+	AttrNumber	attnums[EV_MAX_NATTS];	/* latest: event columns */
 	AttrNumber	col_version;
 	AttrNumber	col_updated;
 	AttrNumber	col_total;		/* accumulate mode */
@@ -231,9 +232,9 @@ NumericNeg(Numeric a)
 }
 
 /*
- * ContentDigest hashes what makes an event's content: value (normalised, so
- * 1.0 and 1.00 agree), dimensions and the tombstone flag.  event_time is
- * arrival metadata, not content.
+ * ContentDigest hashes what makes an event's content: value and measures
+ * (normalised, so 1.0 and 1.00 agree), dimensions and the tombstone flag.
+ * event_time is arrival metadata, not content.
  */
 static int64
 ContentDigest(Pipeline *p, Event *ev)
@@ -253,6 +254,18 @@ ContentDigest(Pipeline *p, Event *ev)
 		appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
 	}
 	appendStringInfoChar(&buf, ev->deleted ? 't' : 'f');
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		/* NULL hashes as a lone 'n', a number as '=' and its digits */
+		if (ev->measures[i] == NULL)
+			appendStringInfoChar(&buf, 'n');
+		else
+		{
+			appendStringInfoChar(&buf, '=');
+			appendStringInfoString(&buf, numeric_normalize(ev->measures[i]));
+			appendStringInfoChar(&buf, '\0');
+		}
+	}
 	h = hash_bytes_extended((unsigned char *) buf.data, buf.len, 0x6578616374);
 	pfree(buf.data);
 	return (int64) h;
@@ -274,7 +287,8 @@ AddDead(StateWork *w, Event *ev, char *reason)
  * AddDelta records the effect of a transition of key to version on a cell.
  */
 static void
-AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int64 keys)
+AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int64 keys,
+		 Numeric *measures)
 {
 	Delta	   *d = &w->deltas[w->ndeltas++];
 
@@ -283,6 +297,23 @@ AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int
 	d->total = total;
 	d->keys = keys;
 	d->cell = cell;
+	d->measures = measures;
+}
+
+/*
+ * NegMeasures returns the measures negated, NULLs kept.
+ */
+static Numeric *
+NegMeasures(Pipeline *p, Numeric *measures)
+{
+	Numeric    *neg;
+
+	if (p->nmeasures == 0)
+		return NULL;
+	neg = palloc(sizeof(Numeric) * p->nmeasures);
+	for (int i = 0; i < p->nmeasures; i++)
+		neg[i] = measures[i] ? NumericNeg(measures[i]) : NULL;
+	return neg;
 }
 
 /*
@@ -353,6 +384,13 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 		ks->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
 		for (int i = 0; i < p->ndims; i++)
 			ks->dims[i] = PointerGetDatum(DatumGetTextPCopy(slot_getattr(slot, w->attnums[EV_DIM0 + i], &isnull)));
+		ks->measures = p->nmeasures > 0 ? palloc(sizeof(Numeric) * p->nmeasures) : NULL;
+		for (int i = 0; i < p->nmeasures; i++)
+		{
+			Datum		d = slot_getattr(slot, w->attnums[EV_MEAS0(p) + i], &isnull);
+
+			ks->measures[i] = isnull ? NULL : DatumGetNumericCopy(d);
+		}
 	}
 	else
 	{
@@ -374,6 +412,14 @@ SameContent(Pipeline *p, Event *ev, KeyState *ks)
 	for (int i = 0; i < p->ndims; i++)
 		if (!TextEq(ev->dims[i], ks->dims[i]))
 			return false;
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		Numeric		a = ev->measures[i];
+		Numeric		b = ks->measures[i];
+
+		if ((a == NULL) != (b == NULL) || (a != NULL && !NumericEq(a, b)))
+			return false;
+	}
 	return true;
 }
 
@@ -431,6 +477,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 			cur.value = ev->value;
 			cur.deleted = ev->deleted;
 			cur.dims = ev->dims;
+			cur.measures = ev->measures;
 			changed = true;
 		}
 	}
@@ -450,13 +497,14 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	 */
 	if (leaves && enters && CellCmp(p, before.dims, cur.dims) > 0)
 	{
-		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1);
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures);
 		enters = false;
 	}
 	if (leaves)
-		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1);
+		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1,
+				 NegMeasures(p, before.measures));
 	if (enters)
-		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1);
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures);
 }
 
 /*
@@ -528,7 +576,7 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 		w->seen_keys[w->nseen] = ev->key;
 		w->seen_versions[w->nseen] = ev->version;
 		w->seen_digests[w->nseen++] = digest;
-		AddDelta(w, ev->key, ev->version, ev->dims, ev->value, 1);
+		AddDelta(w, ev->key, ev->version, ev->dims, ev->value, 1, ev->measures);
 		changed = true;
 	}
 	if (changed)
@@ -602,6 +650,9 @@ WriteState(StateWork *w)
 			SetColumn(slot, w->attnums[EV_DELETED], BoolGetDatum(ks->deleted));
 			for (int i = 0; i < p->ndims; i++)
 				SetColumn(slot, w->attnums[EV_DIM0 + i], ks->dims[i]);
+			for (int i = 0; i < p->nmeasures; i++)
+				if (ks->measures[i] != NULL)
+					SetColumn(slot, w->attnums[EV_MEAS0(p) + i], NumericGetDatum(ks->measures[i]));
 		}
 		else
 		{
@@ -707,12 +758,34 @@ CellBytes(Pipeline *p, Event *ev)
 }
 
 /*
+ * BadMeasure returns why a measure's value cannot be summed, or NULL.
+ */
+static char *
+BadMeasure(Pipeline *p, Event *ev)
+{
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		Numeric		m = ev->measures[i];
+
+		if (m == NULL)
+			continue;
+		if (numeric_is_nan(m) || numeric_is_inf(m) || TooLarge(m))
+			return psprintf("measure %s is %s", p->measures[i],
+							numeric_is_nan(m) ? "NaN" : numeric_is_inf(m) ? "infinite" :
+							"1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude");
+	}
+	return NULL;
+}
+
+/*
  * Validate sends events that no state can take to dead letters; it returns
  * false for those.
  */
 static bool
 Validate(StateWork *w, Event *ev)
 {
+	char	   *bad = BadMeasure(w->p, ev);
+
 	if (numeric_is_nan(ev->value))
 		AddDead(w, ev, pstrdup("value is NaN"));
 	else if (numeric_is_inf(ev->value))
@@ -723,6 +796,8 @@ Validate(StateWork *w, Event *ev)
 		AddDead(w, ev, psprintf("key is longer than %d bytes", EXACTONCE_MAX_KEY_BYTES));
 	else if (CellBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
 		AddDead(w, ev, psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES));
+	else if (bad)
+		AddDead(w, ev, bad);
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
@@ -778,7 +853,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 
 	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
 	w->rel = table_open(p->state, RowExclusiveLock);
-	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims : 7);
+	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures : 7);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
 	w->probe = KeyProbeBegin(w->rel, w->index, snap);
@@ -935,8 +1010,8 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < ndeltas; i++)
 	{
-		Datum		values[5];
-		bool		nulls[5] = {false};
+		Datum		values[6];
+		bool		nulls[6] = {false};
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = PointerGetDatum(deltas[i].key);
@@ -944,6 +1019,15 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 		values[2] = StatementTextArray(deltas[i].cell, NULL, p->ndims);
 		values[3] = NumericGetDatum(deltas[i].total);
 		values[4] = Int64GetDatum(deltas[i].keys);
+		/* the type's measures, from 1.3 on */
+		nulls[5] = p->nmeasures == 0;
+		if (p->nmeasures > 0)
+			values[5] = StatementNumericArray(deltas[i].measures, p->nmeasures);
+		if (p->nmeasures > 0 && rsinfo->setDesc->natts < 6)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the exactonce library is newer than the extension's SQL objects"),
+					 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 

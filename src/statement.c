@@ -287,14 +287,22 @@ StatementInt8Array(int64 *elems, int n)
 }
 
 /*
- * StatementNumericArray builds a numeric[].
+ * StatementNumericArray builds a numeric[]; a NULL pointer is a NULL element.
  */
 Datum
 StatementNumericArray(Numeric *elems, int n)
 {
 	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
+	int			lb = 1;
 
 	for (int i = 0; i < n; i++)
-		d[i] = NumericGetDatum(elems[i]);
-	return PointerGetDatum(construct_array(d, n, NUMERICOID, -1, false, TYPALIGN_INT));
+	{
+		nulls[i] = elems[i] == NULL;
+		d[i] = nulls[i] ? (Datum) 0 : NumericGetDatum(elems[i]);
+	}
+	if (n == 0)
+		return PointerGetDatum(construct_empty_array(NUMERICOID));
+	return PointerGetDatum(construct_md_array(d, nulls, 1, &n, &lb, NUMERICOID, -1, false,
+											  TYPALIGN_INT));
 }
