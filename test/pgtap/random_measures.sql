@@ -1,0 +1,178 @@
+-- test/pgtap/random_measures.sql
+--
+-- Measures (sum, count, avg) and min/max under retraction, against an oracle
+-- computed from the generated events alone (never from state), checked after
+-- every batch.
+--
+-- latest mode: about 2,000 keys, each with 0..14 versions that move between
+-- cells, are tombstones (and come back), carry measure qty always and fee
+-- often not (NULL), from small sets of values, so that a cell's min or max
+-- is often shared by several keys and often retracted.  About 10% of the
+-- events are sent twice; all arrive shuffled, in twelve chunks, each
+-- flushed and checked against the oracle of the events delivered so far.
+--
+-- accumulate mode: readings with the same measures, every distinct (key,
+-- version) counting once, checked the same way.
+--
+-- Everything happens in one transaction that is rolled back.
+
+BEGIN;
+SELECT plan(37);
+
+SELECT lives_ok(
+	$$SELECT exactonce.create_pipeline('tap_measures', ARRAY['book', 'desk'], 'latest',
+		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'])$$,
+	'create_pipeline with measures qty, fee and min_max value, fee (latest)');
+SELECT lives_ok(
+	$$SELECT exactonce.create_pipeline('tap_measures_acc', ARRAY['book', 'desk'], 'accumulate',
+		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'])$$,
+	'create_pipeline with measures qty, fee and min_max value, qty (accumulate)');
+
+DO $$ BEGIN PERFORM setseed(0.16); END $$;
+
+CREATE TEMP TABLE distinct_events AS
+SELECT format('trade-%s', k) AS key,
+	   (v * 10 + floor(random() * 10))::bigint AS version,
+	   (floor(random() * 40) - 20)::numeric AS value,
+	   (ARRAY['b1', 'b2', 'b3'])[1 + floor(random() * 3)::int] AS book,
+	   (ARRAY['d1', 'd2', 'd3', 'd4'])[1 + floor(random() * 4)::int] AS desk,
+	   round((random() * 10)::numeric, 1) AS qty,
+	   CASE WHEN random() < 0.3 THEN NULL ELSE (floor(random() * 15))::numeric / 4 END AS fee,
+	   random() < 0.12 AS deleted
+FROM generate_series(1, 2000) AS k,
+	 generate_series(1, (k * 7919 % 15)) AS v;
+
+CREATE TEMP TABLE produced AS
+WITH copies AS (
+	SELECT * FROM distinct_events
+	UNION ALL
+	SELECT * FROM distinct_events WHERE random() < 0.10
+), ordered AS (
+	SELECT c.*, row_number() OVER (ORDER BY random()) AS arrival FROM copies AS c
+)
+SELECT o.*, (1 + (o.arrival - 1) * 12 / (SELECT count(*) FROM ordered))::int AS chunk
+FROM ordered AS o;
+
+SELECT cmp_ok((SELECT count(*) FROM produced), '>=', 14000::bigint,
+	'generator: at least 14,000 events');
+SELECT cmp_ok((SELECT count(*) FROM produced WHERE fee IS NULL), '>', 3000::bigint,
+	'generator: many events without a fee');
+SELECT cmp_ok((SELECT count(*) FROM (SELECT key FROM distinct_events GROUP BY key
+			   HAVING count(DISTINCT (book, desk)) > 1) AS m), '>', 1000::bigint,
+	'generator: keys that move between cells');
+
+-- The oracle after chunk c: each key's highest version delivered so far.
+CREATE FUNCTION pg_temp.oracle_latest(c int)
+RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
+			   qty_sum numeric, qty_count bigint, qty_avg numeric,
+			   fee_sum numeric, fee_count bigint, fee_avg numeric,
+			   value_min numeric, value_max numeric, fee_min numeric, fee_max numeric)
+LANGUAGE sql AS $$
+	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
+		   coalesce(sum(qty), 0), count(qty), avg(qty),
+		   coalesce(sum(fee), 0), count(fee), avg(fee),
+		   min(value), max(value), min(fee), max(fee)
+	FROM (SELECT DISTINCT ON (key) * FROM produced WHERE chunk <= c
+		  ORDER BY key, version DESC) AS latest
+	WHERE NOT deleted
+	GROUP BY ROLLUP (book, desk)
+$$;
+
+-- The oracle after chunk c in accumulate mode: every distinct (key,
+-- version) once.
+CREATE FUNCTION pg_temp.oracle_accumulate(c int)
+RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
+			   qty_sum numeric, qty_count bigint, qty_avg numeric,
+			   fee_sum numeric, fee_count bigint, fee_avg numeric,
+			   value_min numeric, value_max numeric, qty_min numeric, qty_max numeric)
+LANGUAGE sql AS $$
+	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
+		   coalesce(sum(qty), 0), count(qty), avg(qty),
+		   coalesce(sum(fee), 0), count(fee), avg(fee),
+		   min(value), max(value), min(qty), max(qty)
+	FROM (SELECT DISTINCT key, version, value, book, desk, qty, fee FROM produced
+		  WHERE chunk <= c AND NOT deleted) AS readings
+	GROUP BY ROLLUP (book, desk)
+$$;
+
+-- Deliver chunk after chunk; after each, flush and compare both ways.
+CREATE FUNCTION pg_temp.deliver_and_check()
+RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+BEGIN
+	FOR c IN 1..12 LOOP
+		INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, deleted)
+		SELECT key, version, value, book, desk, qty, fee, deleted
+		FROM produced WHERE chunk = c ORDER BY arrival;
+		INSERT INTO tap_measures_acc.ingest (key, version, value, book, desk, qty, fee)
+		SELECT key, version, value, book, desk, qty, fee
+		FROM produced WHERE chunk = c AND NOT deleted ORDER BY arrival;
+		PERFORM exactonce.flush('tap_measures');
+		PERFORM exactonce.flush('tap_measures_acc');
+		RETURN NEXT is_empty(format(
+			$q$(SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
+					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+				FROM tap_measures.aggregates
+				EXCEPT ALL SELECT * FROM pg_temp.oracle_latest(%1$s))
+			   UNION ALL
+			   (SELECT * FROM pg_temp.oracle_latest(%1$s)
+				EXCEPT ALL
+				SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
+					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+				FROM tap_measures.aggregates)$q$, c),
+			format('latest: after chunk %s, every measure, min and max equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$(SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
+					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max
+				FROM tap_measures_acc.aggregates
+				EXCEPT ALL SELECT * FROM pg_temp.oracle_accumulate(%1$s))
+			   UNION ALL
+			   (SELECT * FROM pg_temp.oracle_accumulate(%1$s)
+				EXCEPT ALL
+				SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
+					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max
+				FROM tap_measures_acc.aggregates)$q$, c),
+			format('accumulate: after chunk %s, every measure, min and max equals the oracle', c));
+	END LOOP;
+END
+$$;
+
+SELECT * FROM pg_temp.deliver_and_check();
+
+-- extrema holds no value that no contribution has, and every cell's values
+SELECT is((SELECT count(*) FROM tap_measures.extrema WHERE n <= 0), 0::bigint,
+	'extrema: no value without contributions is kept');
+SELECT is((SELECT sum(n)::bigint FROM tap_measures.extrema WHERE measure = 'value' AND cell = '{}'),
+	(SELECT keys FROM tap_measures.aggregates WHERE level = 0),
+	'extrema: the grand total''s values count its live keys');
+
+SELECT results_eq(
+	$$SELECT ingested, applied + duplicates + stale + dead_lettered FROM exactonce.pipelines
+	  WHERE name = 'tap_measures'$$,
+	$$VALUES ((SELECT count(*) FROM produced), (SELECT count(*) FROM produced))$$,
+	'accounting: ingested = applied + duplicates + stale + dead_lettered');
+
+-- A conflicting duplicate that differs only in a measure is a dead letter.
+INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, deleted)
+SELECT key, version, value, book, desk, qty + 1, fee, deleted
+FROM (SELECT DISTINCT ON (key) * FROM produced ORDER BY key, version DESC) AS l
+LIMIT 5;
+SELECT is(exactonce.flush('tap_measures'), 5::bigint, 'five conflicting duplicates taken');
+SELECT is((SELECT count(*) FROM tap_measures.dead_letters WHERE reason LIKE 'conflicting duplicate%'),
+	5::bigint, 'a version differing only in a measure is a conflicting duplicate');
+SELECT is_empty(
+	$$SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
+			 fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+	  FROM tap_measures.aggregates EXCEPT ALL SELECT * FROM pg_temp.oracle_latest(12)$$,
+	'conflicting duplicates change nothing');
+
+-- A measure that cannot be summed is a dead letter with a reason.
+INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee)
+VALUES ('nan-fee', 1, 1, 'b1', 'd1', 1, 'NaN'), ('inf-qty', 1, 1, 'b1', 'd1', 'Infinity', 1);
+SELECT is(exactonce.flush('tap_measures'), 2::bigint, 'two bad measures taken');
+SELECT results_eq(
+	$$SELECT key, reason FROM tap_measures.dead_letters WHERE key IN ('nan-fee', 'inf-qty') ORDER BY key$$,
+	$$VALUES ('inf-qty', 'measure qty is infinite'), ('nan-fee', 'measure fee is NaN')$$,
+	'a NaN or infinite measure goes to dead_letters with a reason');
+
+ROLLBACK;
