@@ -1,0 +1,96 @@
+-- Several measures per event and min/max per cell: declarations, the
+-- relations they make, retraction by newer versions and tombstones, the
+-- stages called by hand, and bad declarations.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+
+-- err(sql): run a statement, show its SQLSTATE, message and hint
+CREATE FUNCTION pg_temp.err(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	state text; msg text; hint text;
+BEGIN
+	EXECUTE sql;
+	RETURN 'no error';
+EXCEPTION WHEN others THEN
+	GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+	RETURN state || ': ' || msg || coalesce(' | HINT: ' || nullif(hint, ''), '');
+END $$;
+
+SELECT exactonce.create_pipeline('risk', ARRAY['desk', 'book'],
+	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee']);
+
+-- the measures are nullable numeric columns of the queue, state and dead
+-- letters; the aggregates carry sum, count, avg and min, max
+SELECT attrelid::regclass, attname, format_type(atttypid, atttypmod), attnotnull,
+	   pg_get_expr(d.adbin, d.adrelid) AS expression
+FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE attrelid IN ('risk.ingest'::regclass, 'risk.state'::regclass, 'risk.aggregates'::regclass)
+  AND attnum > 0 AND NOT attisdropped
+  AND (attname ~ '^(qty|fee|value)' OR attname = 'total')
+ORDER BY attrelid::regclass::text, attnum;
+SELECT name, measures, min_max FROM exactonce.pipelines;
+
+-- a: in d1/b1; b: d1/b2 without a fee; c: d2/b1 without a fee; d: d1/b1
+INSERT INTO risk.ingest (key, version, value, desk, book, qty, fee) VALUES
+	('a', 1, 10, 'd1', 'b1', 5, 1.5),
+	('b', 1, 20, 'd1', 'b2', 2, NULL),
+	('c', 1, -3, 'd2', 'b1', 7, NULL),
+	('d', 1, 10, 'd1', 'b1', 1, 4);
+SELECT exactonce.flush('risk');
+SELECT level, desk, book, total, keys, qty_sum, qty_count, qty_avg, fee_sum, fee_count, fee_avg,
+	   value_min, value_max, fee_min, fee_max
+FROM risk.aggregates ORDER BY level, desk, book;
+
+-- b moves to d2/b1 with a fee, d's fee goes, a newer a is a tombstone: the
+-- maximum 20 of d1 and the minimum fee 1.5 are retracted, 10 stays (d)
+INSERT INTO risk.ingest (key, version, value, desk, book, qty, fee, deleted) VALUES
+	('b', 2, 5, 'd2', 'b1', 1, 0.5, false),
+	('d', 2, 10, 'd1', 'b1', 1, NULL, false),
+	('a', 2, 10, 'd1', 'b1', 5, 1.5, true),
+	('a', 1, 10, 'd1', 'b1', 5, 1.5, false);
+SELECT exactonce.flush('risk');
+SELECT level, desk, book, total, keys, qty_sum, qty_count, qty_avg, fee_sum, fee_count, fee_avg,
+	   value_min, value_max, fee_min, fee_max
+FROM risk.aggregates ORDER BY level, desk, book;
+SELECT cell, measure, value, n FROM risk.extrema ORDER BY cell, measure, value;
+SELECT ingested, applied, duplicates, stale, dead_lettered FROM exactonce.pipelines;
+
+-- the stages by hand: deltas carry the measures; a caller's delta for a
+-- pipeline with min and max adds or takes one key
+CREATE TEMP TABLE ev (key text, version bigint, value numeric, desk text, book text,
+	qty numeric, fee numeric);
+CREATE TEMP TABLE deltas AS
+SELECT d FROM exactonce.state_upsert('risk', ARRAY[ROW('e', 1, 2, 'd3', 'b1', 3, 0.25)::ev,
+												  ROW('c', 2, -3, 'd2', 'b1', 7, 1)::ev]) AS d;
+SELECT (d).* FROM deltas ORDER BY (d).key, (d).keys;
+SELECT exactonce.map_stage('risk', ARRAY(SELECT d FROM deltas)) IS NOT NULL AS staged;
+SELECT pg_temp.err($$SELECT exactonce.map_stage('risk',
+	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 2, ARRAY[1, 1])::exactonce.delta])$$);
+SELECT pg_temp.err($$SELECT exactonce.map_stage('risk',
+	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 1, ARRAY[1])::exactonce.delta])$$);
+SELECT exactonce.map_stage('risk',
+	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 1, ARRAY[3, NULL])::exactonce.delta]) IS NOT NULL AS staged;
+SELECT exactonce.reduce_apply('risk');
+SELECT level, desk, book, total, keys, qty_sum, qty_count, fee_sum, fee_count, value_min, value_max, fee_min, fee_max
+FROM risk.aggregates ORDER BY level, desk, book;
+
+-- bad declarations
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['value'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['q', 'q'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['d'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['q_sum'], measures => ARRAY['q'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['Q'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY[NULL])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'],
+	measures => ARRAY(SELECT 'm' || i FROM generate_series(1, 17) i))$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY[repeat('m', 60)])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], min_max => ARRAY['q'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['q'],
+	min_max => ARRAY['q', 'q'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['value_max'], min_max => ARRAY['value'])$$);
+SELECT count(*) AS pipelines FROM exactonce.pipeline;
+
+SELECT exactonce.drop_pipeline('risk', force => true);
+DROP TABLE deltas;
+DROP EXTENSION exactonce;
