@@ -40,8 +40,8 @@ typedef struct Delta
 								 * event or state row it comes from, never
 								 * changed */
 	Numeric    *measures;		/* change of each measure's sum, NULL where
-								 * the version has none; its count changes
-								 * by "keys" where it is not NULL */
+								 * the version has none; its count changes by
+								 * "keys" where it is not NULL */
 } Delta;
 
 /* What the state stage did with a batch. */
