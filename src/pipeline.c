@@ -327,7 +327,7 @@ AppendAggregateMeasures(StringInfo sql, Pipeline *def)
 		const char *m = def->measures[i];
 
 		appendStringInfo(sql, "%s numeric NOT NULL DEFAULT 0, %s bigint NOT NULL DEFAULT 0,"
-						 " %s numeric GENERATED ALWAYS AS (%s OPERATOR(pg_catalog./) NULLIF(%s, 0)) STORED, ",
+						 " %s numeric GENERATED ALWAYS AS (pg_catalog.trim_scale(%s) OPERATOR(pg_catalog./) NULLIF(%s, 0)) STORED, ",
 						 quote_identifier(psprintf("%s_sum", m)),
 						 quote_identifier(psprintf("%s_count", m)),
 						 quote_identifier(psprintf("%s_avg", m)),

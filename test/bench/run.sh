@@ -29,6 +29,10 @@
 #   3. exactonce's background worker draining a pre-loaded queue (the pipeline
 #      paused, the file COPYed into trades.ingest, resumed, timed until the
 #      pipeline has taken every event and staged none, polled every 50 ms);
+#   3b. the cost of richer aggregates: the same worker drain into a pipeline
+#      with two measures (qty on every event, fee on two in three; their sums,
+#      counts and averages), then with min and max of value and fee as well
+#      (--no-aggregates skips both);
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
@@ -69,6 +73,7 @@ Runs:
   --no-naive        skip both naive runs
   --no-peers        skip the trigger pipeline and PgQ runs
   --no-sustained    skip the sustained runs
+  --no-aggregates   skip the drains with measures and with min/max
   --perf            after the runs, profile one more worker drain with perf and
                     print the top of the profile
 Cluster and output:
@@ -115,6 +120,7 @@ while [ $# -gt 0 ]; do
 	--no-naive) NAIVE=0; shift ;;
 	--no-peers) PEERS=0; shift ;;
 	--no-sustained) SUSTAINED=0; shift ;;
+	--no-aggregates) AGGREGATES=0; shift ;;
 	--perf) PERF=1; shift ;;
 	--dir) need_arg "$@"; DIR=$2; shift 2 ;;
 	--port) need_arg "$@"; PORT=$2; shift 2 ;;
@@ -291,6 +297,8 @@ label() {
 	pgq) echo "PgQ enqueue + consume" ;;
 	eo_workers) echo "exactonce worker drain" ;;
 	eo_flush) echo "exactonce flush()" ;;
+	eo_measures) echo "worker drain, 2 measures" ;;
+	eo_minmax) echo "worker drain, + min/max" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
 	sus_target) echo "sustained, $(th "$TARGET_RATE")/s offered" ;;
 	sus_max) echo "sustained, max rate" ;;
@@ -623,6 +631,69 @@ R_SIZES[eo_workers]="$(sizes $PIPE.ingest_0 $PIPE.ingest_1 $PIPE.state $PIPE.led
 EO_COUNTERS=$COUNTERS
 VIEW_POLL_MS=$(mon_value workers query_ms_avg)
 log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 50 ms, the view once, at the start; a poll took $VIEW_POLL_MS ms on average)"
+
+# ---------------------------------------------------------------- 3b. richer aggregates
+
+# aggregates_run RUN MIN_MAX: section 3's worker drain into a pipeline with
+# measures qty = |value| and fee = value / 4 but none for every third
+# version, and min and max of those MIN_MAX names (a SQL text[]); the queue
+# is loaded from the event file through bench.events.  Exact when the
+# aggregates, measures, mins and maxes equal those of the producer's truth.
+aggregates_run() {
+	local run=$1 min_max=$2 measured
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS,
+	measures => ARRAY['qty', 'fee'], min_max => $min_max);
+SELECT exactonce.pause('$PIPE');
+INSERT INTO $PIPE.ingest ($COLS, qty, fee)
+SELECT $COLS, abs(value), CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END FROM bench.events;
+CHECKPOINT;
+SQL
+	WPID=$(worker_pids)
+	L0=$(sql -c "SELECT pg_current_wal_lsn()")
+	T0=$(now)
+	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
+	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$EVENTS" --view-every 0 --timeout 900 \
+		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
+		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
+	DONE=$(mon_value "$run" done_at)
+	SECS=$(calc "%.3f" "$DONE - $T0")
+	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	check_exactonce
+	measured=$(sql <<SQL
+SELECT bench.diff(
+	'(SELECT level, risk_type, region, trade_desk, qty_sum, qty_count, qty_avg, fee_sum, fee_count, fee_avg$(
+		[ "$min_max" = "'{}'" ] || echo ", value_min, value_max, fee_min, fee_max") FROM $PIPE.aggregates) a',
+	'(SELECT 3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)), risk_type, region, trade_desk,
+	         sum(abs(value)), count(*), trim_scale(sum(abs(value))) / nullif(count(abs(value)), 0),
+	         coalesce(sum(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END), 0),
+	         count(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END),
+	         trim_scale(sum(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END)) / nullif(count(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END), 0)$(
+		[ "$min_max" = "'{}'" ] || echo ", min(value), max(value),
+	         min(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END),
+	         max(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END)")
+	  FROM bench.truth_state WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)) t')
+SQL
+)
+	[ "$measured" = 0 ] || VERDICT="FAIL: $measured rows of measures$([ "$min_max" = "'{}'" ] || echo ", mins and maxes") differ from the truth${VERDICT#PASS}"
+	record "$run" "$EVENTS" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates)$([ "$min_max" = "'{}'" ] || echo "; extrema $(sizes $PIPE.extrema)")"
+	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
+}
+
+if [ "$AGGREGATES" = 1 ]; then
+	log "== 3b. exactonce: the worker drain with measures, then with min/max too"
+	sql >/dev/null <<SQL
+CREATE UNLOGGED TABLE bench.events (key text, version bigint, value numeric, risk_type text, region text,
+                                    trade_desk text, deleted boolean, event_time timestamptz);
+COPY bench.events ($COLS) FROM '$EV';
+SQL
+	aggregates_run eo_measures "'{}'"
+	aggregates_run eo_minmax "ARRAY['value', 'fee']"
+	sql -c "DROP TABLE bench.events" >/dev/null
+fi
 
 # ---------------------------------------------------------------- 4. exactonce flush
 
@@ -991,6 +1062,8 @@ r_naive=$(ratio eo_workers naive_tuned)
 say "  exactonce worker drain / COPY        $r_copy   target >= 0.25 (stretch 0.5): $(met "$r_copy" 0.25)"
 say "  exactonce worker drain / naive tuned $r_naive   target >= 2: $(met "$r_naive" 2)"
 say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / naive tuned $(ratio eo_flush naive_tuned)"
+[ "$AGGREGATES" = 0 ] ||
+	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
 	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"

@@ -69,8 +69,8 @@ RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
 			   value_min numeric, value_max numeric, fee_min numeric, fee_max numeric)
 LANGUAGE sql AS $$
 	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
-		   coalesce(sum(qty), 0), count(qty), avg(qty),
-		   coalesce(sum(fee), 0), count(fee), avg(fee),
+		   coalesce(sum(qty), 0), count(qty), trim_scale(sum(qty)) / nullif(count(qty), 0),
+		   coalesce(sum(fee), 0), count(fee), trim_scale(sum(fee)) / nullif(count(fee), 0),
 		   min(value), max(value), min(fee), max(fee)
 	FROM (SELECT DISTINCT ON (key) * FROM produced WHERE chunk <= c
 		  ORDER BY key, version DESC) AS latest
@@ -87,8 +87,8 @@ RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
 			   value_min numeric, value_max numeric, qty_min numeric, qty_max numeric)
 LANGUAGE sql AS $$
 	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
-		   coalesce(sum(qty), 0), count(qty), avg(qty),
-		   coalesce(sum(fee), 0), count(fee), avg(fee),
+		   coalesce(sum(qty), 0), count(qty), trim_scale(sum(qty)) / nullif(count(qty), 0),
+		   coalesce(sum(fee), 0), count(fee), trim_scale(sum(fee)) / nullif(count(fee), 0),
 		   min(value), max(value), min(qty), max(qty)
 	FROM (SELECT DISTINCT key, version, value, book, desk, qty, fee FROM produced
 		  WHERE chunk <= c AND NOT deleted) AS readings

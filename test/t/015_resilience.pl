@@ -5,7 +5,10 @@
 # are killed with SIGKILL and the server is stopped with -m immediate.  The
 # aggregates must then equal the oracle computed from the generated events
 # (table truth), the accounting identity must hold, and the queue and
-# ledger must be empty.
+# ledger must be empty.  A second pipeline takes the same stream with two
+# measures, one of them often missing, and keeps min and max of value and
+# of that measure, which tombstones and moves retract: its sums, counts,
+# averages, mins and maxes must equal the oracle too.
 #
 # Sized for CI by default; bash test/resilience.sh runs it at full scale.
 # The environment sizes it:
@@ -57,10 +60,23 @@ SELECT 't' || t, v, round((hashint8(t * 8 + v) % 2000000)::numeric / 100, 2),
        (ARRAY['FXSpot','FXOption','Rates','Credit','Equity','Commodities'])[1 + (t / 7 + v) % 6],
        v > 0 AND abs(hashint8(t * 31 + v)) % 20 = 0
 FROM generate_series(1, $trades) t, generate_series(0, 4) v;
+SELECT exactonce.create_pipeline('measured', ARRAY['risk_type', 'region', 'trade_desk'],
+	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee']);
+CREATE TABLE truth_measured AS
+SELECT t.*, (abs(hashint8(v.h)) % 1000)::numeric / 10 AS qty,
+       CASE WHEN v.h % 3 = 0 THEN NULL ELSE (abs(hashint8(v.h * 7)) % 50)::numeric / 4 END AS fee
+FROM truth t, LATERAL (SELECT hashtext(t.key)::bigint * 16 + t.version AS h) v;
 SELECT setseed(0.3);
+CREATE TABLE stream AS
+SELECT row_number() OVER (ORDER BY r) AS n, s.*
+FROM (SELECT *, random() AS r
+      FROM (SELECT * FROM truth_measured UNION ALL
+            SELECT * FROM truth_measured WHERE random() < 0.1) c) s;
 COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted
-      FROM (SELECT * FROM truth UNION ALL SELECT * FROM truth WHERE random() < 0.1) s
-      ORDER BY random()) TO '$work/stream.tsv';
+      FROM stream ORDER BY n) TO '$work/stream.tsv';
+COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted, qty, fee
+      FROM stream ORDER BY n) TO '$work/stream_measured.tsv';
+DROP TABLE stream;
 });
 my $sent = 0;
 {
@@ -95,17 +111,17 @@ sub due
 	return $due > $n ? $n : $due;
 }
 
-# send_chunk(file): COPY a chunk until one COPY of it commits; only a
-# server that went away is a reason to send it again.  Returns whether it
-# committed.
+# send_chunk(file, pipeline, more columns): COPY a chunk until one COPY of
+# it commits; only a server that went away is a reason to send it again.
+# Returns whether it committed.
 my $resends = 0;
 sub send_chunk
 {
-	my ($file) = @_;
+	my ($file, $pipeline, $more) = @_;
 	for (1 .. 50)
 	{
 		my ($rc, $out, $err) = $node->psql($db,
-			"\\copy trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) FROM '$file'");
+			"\\copy $pipeline.ingest (key, version, value, risk_type, region, trade_desk, deleted$more) FROM '$file'");
 		return 1 if $rc == 0;
 		if ($err !~ /server closed|terminat|connect|shutting down|starting up|recovery mode/)
 		{
@@ -122,18 +138,24 @@ sub send_chunk
 my ($faults, $kills, $restarts, $ledger_max, $loaded_chunks) = (0, 0, 0, 0, 0);
 my $start = time;
 open my $stream, '<', "$work/stream.tsv" or die "open stream: $!";
+open my $stream_measured, '<', "$work/stream_measured.tsv" or die "open stream: $!";
 for my $i (1 .. $chunks)
 {
 	my $file = "$work/chunk";
+	my $file_measured = "$work/chunk_measured";
 	open my $out, '>', $file or die "open $file: $!";
+	open my $out_measured, '>', $file_measured or die "open $file_measured: $!";
 	for (1 .. $chunk_size)
 	{
 		my $line = <$stream>;
 		last unless defined $line;
 		print $out $line;
+		print $out_measured scalar <$stream_measured>;
 	}
 	close $out;
-	last unless send_chunk($file);
+	close $out_measured;
+	last unless send_chunk($file, 'trades', '');
+	last unless send_chunk($file_measured, 'measured', ', qty, fee');
 	$loaded_chunks++;
 
 	my ($rc, $rows) = $node->psql($db, 'SELECT count(*) FROM trades.ledger');
@@ -165,6 +187,7 @@ for my $i (1 .. $chunks)
 	}
 }
 close $stream;
+close $stream_measured;
 my $loaded = time;
 is($loaded_chunks, $chunks, "every chunk was loaded ($sent events in $chunks chunks, $resends sent again)");
 is($kills, $kills_wanted, "a drain worker was killed with SIGKILL $kills times during the load");
@@ -173,8 +196,10 @@ is($restarts, $restarts_wanted, "the server was stopped with -m immediate $resta
 # drain: wait, bounded by the size, until queue and staging are empty and
 # the queue partitions truncated
 my $drained = q{
-SELECT queued = 0 AND staged = 0 AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
-FROM exactonce.pipelines WHERE name = 'trades'};
+SELECT bool_and(queued = 0 AND staged = 0)
+	AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
+	AND pg_relation_size('measured.ingest_0') + pg_relation_size('measured.ingest_1') = 0
+FROM exactonce.pipelines WHERE name IN ('trades', 'measured')};
 my $deadline = time + 120 + $events / 5000;
 my $is_drained;
 do
@@ -194,15 +219,32 @@ is($node->safe_psql($db, $drained), 't', 'the queue and the staged batches are e
 is(eo_mismatches($node, $db), '0',
 	"aggregates equal the oracle after $faults injected faults, $kills worker kills and $restarts immediate shutdowns");
 is( $node->safe_psql(
+		$db, q{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM truth_measured ORDER BY key, version DESC),
+oracle AS (
+	SELECT risk_type, region, trade_desk,
+		3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level,
+		sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum,
+		count(qty) AS qty_count, trim_scale(sum(qty)) / nullif(count(qty), 0) AS qty_avg, coalesce(sum(fee), 0) AS fee_sum,
+		count(fee) AS fee_count, trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg, min(value) AS value_min,
+		max(value) AS value_max, min(fee) AS fee_min, max(fee) AS fee_max
+	FROM latest WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
+agg AS (SELECT risk_type, region, trade_desk, level, total, keys, qty_sum, qty_count, qty_avg,
+		fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max FROM measured.aggregates)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
+	'0',
+	'measures, averages, mins and maxes of the second pipeline equal the oracle');
+is( $node->safe_psql(
 		$db,
-		"SELECT ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= $sent FROM exactonce.pipelines WHERE name = 'trades'"
+		"SELECT bool_and(ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= $sent) FROM exactonce.pipelines WHERE name IN ('trades', 'measured')"
 	),
 	't',
-	'accounting identity holds, nothing dead-lettered, every event ingested');
+	'accounting identity holds, nothing dead-lettered, every event ingested, in both pipelines');
 # the ledger keeps the tokens of the two queue partitions at most: its
 # bound is set by how far the workers lag, not by the volume
-is($node->safe_psql($db, 'SELECT count(*) FROM trades.ledger'), '0',
-	'the ledger is empty once everything is drained');
+is($node->safe_psql($db, 'SELECT (SELECT count(*) FROM trades.ledger) + (SELECT count(*) FROM measured.ledger)'), '0',
+	'the ledgers are empty once everything is drained');
 cmp_ok($ledger_max, '<=', 2 * $events / $batch / 4 + 50,
 	"the ledger stayed bounded during the load (at most $ledger_max rows)");
 cmp_ok($faults, '>', 0, "faults were injected ($faults)");
