@@ -119,6 +119,36 @@ AddSum(Numeric a, Numeric b)
 }
 
 /*
+ * CellLeast returns the lesser of a and b (the greater with greatest), NULL
+ * being none.
+ */
+Numeric
+CellLeast(Numeric a, Numeric b, bool greatest)
+{
+	int			c;
+
+	if (a == NULL)
+		return b;
+	if (b == NULL)
+		return a;
+	c = DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(a), NumericGetDatum(b)));
+	return (greatest ? c >= 0 : c <= 0) ? a : b;
+}
+
+/*
+ * CellTableFind returns the cell (level, dims[0..level)), or NULL.
+ */
+Cell *
+CellTableFind(HTAB *cells, int level, Datum *dims)
+{
+	CellKey		key = CellKeyMake(level, dims, NULL, 0);
+	Cell	   *cell = hash_search(cells, &key, HASH_FIND, NULL);
+
+	pfree(key.data);
+	return cell;
+}
+
+/*
  * CellTableAdd adds a change to the cell (level, dims[0..level)) and returns
  * the cell.
  */
@@ -142,11 +172,25 @@ CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims, const CellChange 
 			c->sums[i] = AddSum(c->sums[i], change->sums[i]);
 			c->counts[i] += change->counts[i];
 		}
+		for (int i = 0; change->ext && i < CELL_NEXT(p); i++)
+		{
+			if (c->ext == NULL)
+				c->ext = palloc0(sizeof(Numeric) * CELL_NEXT(p));
+			c->ext[i] = CellLeast(c->ext[i], change->ext[i],
+								  i / (1 + p->nmeasures) == EXT_HI_IN ||
+								  i / (1 + p->nmeasures) == EXT_HI_OUT);
+		}
 		return cell;
 	}
 	cell->level = level;
 	memcpy(cell->dims, dims, sizeof(Datum) * level);
 	cell->change = *change;
+	/* a cell's own copy: it takes in the changes of others */
+	if (change->ext)
+	{
+		cell->change.ext = palloc(sizeof(Numeric) * CELL_NEXT(p));
+		memcpy(cell->change.ext, change->ext, sizeof(Numeric) * CELL_NEXT(p));
+	}
 	cell->touched = false;
 	return cell;
 }
@@ -163,6 +207,9 @@ CellIsNil(Pipeline *p, Cell *cell)
 		return false;
 	for (int i = 0; i < p->nmeasures; i++)
 		if (c->counts[i] != 0 || (c->sums[i] != NULL && !NumericIsZero(c->sums[i])))
+			return false;
+	for (int i = 0; c->ext && i < CELL_NEXT(p); i++)
+		if (c->ext[i] != NULL)
 			return false;
 	return true;
 }
@@ -182,6 +229,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	int64	   *kv = palloc(sizeof(int64) * max);
 	Numeric    *sv[EXACTONCE_MAX_MEASURES];
 	int64	   *cv[EXACTONCE_MAX_MEASURES];
+	Numeric    *ev[4 * (1 + EXACTONCE_MAX_MEASURES)];
+	int			next = p->any_min_max ? CELL_NEXT(p) : 0;
 	HASH_SEQ_STATUS seq;
 	Cell	   *cell;
 	int			n = 0;
@@ -196,6 +245,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 		sv[i] = palloc(sizeof(Numeric) * max);
 		cv[i] = palloc(sizeof(int64) * max);
 	}
+	for (int i = 0; i < next; i++)
+		ev[i] = palloc(sizeof(Numeric) * max);
 	hash_seq_init(&seq, cells);
 	while ((cell = hash_seq_search(&seq)) != NULL)
 	{
@@ -215,6 +266,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 			sv[i][n] = cell->change.sums[i] ? cell->change.sums[i] : int64_to_numeric(0);
 			cv[i][n] = cell->change.counts[i];
 		}
+		for (int i = 0; i < next; i++)
+			ev[i][n] = cell->change.ext ? cell->change.ext[i] : NULL;
 		n++;
 	}
 	cols->ncells = n;
@@ -228,6 +281,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 		cols->sums[i] = StatementNumericArray(sv[i], n);
 		cols->counts[i] = StatementInt8Array(cv[i], n);
 	}
+	for (int i = 0; i < next; i++)
+		cols->ext[i] = StatementNumericArray(ev[i], n);
 }
 
 /*

@@ -19,15 +19,27 @@ typedef struct CellKey
 	int			len;
 } CellKey;
 
-/* A change to one cell: of value's total and the key count, and of each
- * measure's sum (NULL: none) and count. */
+/*
+ * A change to one cell: of value's total and the key count, and of each
+ * measure's sum (NULL: none) and count.  With min_max, ext holds for each
+ * min_max slot (value, then the measures) the least and greatest value that
+ * enters the cell and that leaves it (NULL: none): CELL_EXT(p, kind, slot).
+ */
 typedef struct CellChange
 {
 	Numeric		total;
 	int64		keys;
 	Numeric		sums[EXACTONCE_MAX_MEASURES];
 	int64		counts[EXACTONCE_MAX_MEASURES];
+	Numeric    *ext;
 } CellChange;
+
+#define EXT_LO_IN	0
+#define EXT_HI_IN	1
+#define EXT_LO_OUT	2
+#define EXT_HI_OUT	3
+#define CELL_NEXT(p)	(4 * (1 + (p)->nmeasures))
+#define CELL_EXT(p, kind, slot)	((kind) * (1 + (p)->nmeasures) + (slot))
 
 /* A rollup cell and the change accumulated for it. */
 typedef struct Cell
@@ -50,14 +62,17 @@ typedef struct CellColumns
 	Datum		keys;			/* int8[] */
 	Datum		sums[EXACTONCE_MAX_MEASURES];	/* numeric[] */
 	Datum		counts[EXACTONCE_MAX_MEASURES]; /* int8[] */
+	Datum		ext[4 * (1 + EXACTONCE_MAX_MEASURES)];	/* numeric[], CELL_EXT */
 } CellColumns;
 
 extern HTAB *CellTableCreateOf(Size entrysize);
 extern CellKey CellKeyMake(int level, Datum *dims, const char *suffix, int suffixlen);
 extern HTAB *CellTableCreate(void);
+extern Cell *CellTableFind(HTAB *cells, int level, Datum *dims);
 extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims,
 						  const CellChange *change);
 extern void CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols);
+extern Numeric CellLeast(Numeric a, Numeric b, bool greatest);
 extern Datum CellFlatten(Datum *cols, int ncols, int nrows, Oid elemtype);
 extern void CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows,
 						  Datum **elems, bool **nulls);

@@ -39,8 +39,7 @@ PG_FUNCTION_INFO_V1(exactonce_release);
  * pipelines made before 1.3 do not have them.
  */
 #define LEDGER_MORE(p)	((p)->nmeasures > 0 || (p)->any_min_max)
-#define LEDGER_MORE_COLUMNS ", measure_sums, measure_counts, member_cells, member_slots," \
-	" member_values, member_counts"
+#define LEDGER_MORE_COLUMNS ", measure_sums, measure_counts, extrema"
 
 /*
  * BuildLedgerStage: stage one batch unless its token is already known.
@@ -54,7 +53,7 @@ BuildLedgerStage(Pipeline *p)
 					" ON CONFLICT (token) DO NOTHING",
 					quote_identifier(p->name),
 					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "",
-					LEDGER_MORE(p) ? ", $9, $10, $11, $12, $13, $14" : "");
+					LEDGER_MORE(p) ? ", $9, $10, $11" : "");
 }
 
 /*
@@ -91,8 +90,7 @@ BuildLedgerApplied(Pipeline *p)
 					" WHERE token = ANY($1) AND applied_at IS NULL",
 					quote_identifier(p->name),
 					LEDGER_MORE(p) ? ", measure_sums = NULL, measure_counts = NULL,"
-					" member_cells = NULL, member_slots = NULL, member_values = NULL,"
-					" member_counts = NULL" : "");
+					" extrema = NULL" : "");
 }
 
 /*
@@ -109,19 +107,19 @@ BuildLedgerGC(Pipeline *p)
 /*
  * LedgerStage stages one batch of ndeltas deltas under its token, unless the
  * token is known already: its cells as parallel arrays (levels, a 2-D text[]
- * of cells, totals, key counts, 2-D arrays of measure sums and counts), the
- * changes of the leaf cells' values behind min and max, and the source and
- * position it came from (position < 0: none).
+ * of cells, totals, key counts, 2-D arrays of measure sums and counts and
+ * of the least and greatest values entering and leaving for min and max),
+ * and the source and position it came from (position < 0: none).
  */
 void
 LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
-			int ndeltas, CellColumns *cells, MemberColumns *members)
+			int ndeltas, CellColumns *cells)
 {
-	Oid			types[14] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
+	Oid			types[11] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
 		TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID, NUMERICARRAYOID, INT8ARRAYOID,
-	TEXTARRAYOID, INT4ARRAYOID, NUMERICARRAYOID, INT8ARRAYOID};
-	Datum		values[14];
-	char		nulls[15] = "              ";
+	NUMERICARRAYOID};
+	Datum		values[11];
+	char		nulls[12] = "           ";
 	bytea	   *tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
 
 	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
@@ -140,17 +138,10 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 	{
 		values[8] = CellFlatten(cells->sums, p->nmeasures, cells->ncells, NUMERICOID);
 		values[9] = CellFlatten(cells->counts, p->nmeasures, cells->ncells, INT8OID);
-		if (members->nmembers > 0)
-		{
-			values[10] = CellFlatten(members->dims, p->ndims, members->nmembers, TEXTOID);
-			values[11] = members->slots;
-			values[12] = members->values;
-			values[13] = members->counts;
-		}
-		else
-			memset(nulls + 10, 'n', 4);
+		values[10] = CellFlatten(cells->ext, p->any_min_max ? CELL_NEXT(p) : 0,
+								 cells->ncells, NUMERICOID);
 	}
-	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 14 : 8, types),
+	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 11 : 8, types),
 				  values, nulls, -1);
 }
 
@@ -158,8 +149,7 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
  * LedgerLockStaged locks the staged batches, all of them or those among
  * tokens (a bytea[]) when have_tokens, oldest first, and returns them: token,
  * levels, cells, totals, keys and, for a pipeline with measures or min_max,
- * measure_sums, measure_counts, member_cells, member_slots, member_values,
- * member_counts.  The caller frees the table.
+ * measure_sums, measure_counts, extrema.  The caller frees the table.
  */
 SPITupleTable *
 LedgerLockStaged(Pipeline *p, Datum tokens, bool have_tokens)

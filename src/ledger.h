@@ -12,12 +12,10 @@
 #include "executor/spi.h"
 
 #include "cell.h"
-#include "extrema.h"
 #include "pipeline.h"
 
 extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
-						int64 position, int ndeltas, CellColumns *cells,
-						MemberColumns *members);
+						int64 position, int ndeltas, CellColumns *cells);
 extern SPITupleTable *LedgerLockStaged(Pipeline *p, Datum tokens,
 									   bool have_tokens);
 extern void LedgerMarkApplied(Pipeline *p, Datum *tokens, int n);

@@ -23,7 +23,6 @@
 #include "utils/typcache.h"
 
 #include "cell.h"
-#include "extrema.h"
 #include "fault.h"
 #include "ledger.h"
 #include "map.h"
@@ -177,18 +176,53 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 }
 
 /*
- * DeltaChange is the change a delta makes to its cell.
+ * DeltaExtremes sets the values a delta brings into its cell (keys 1) or
+ * takes out of it (keys -1) of each measure with min_max, as the least and
+ * greatest of each (extrema.c).
  */
 static void
-DeltaChange(Pipeline *p, Delta *d, CellChange *change)
+DeltaExtremes(Pipeline *p, Delta *d, int i, CellChange *change)
+{
+	bool		in = d->keys == 1;
+
+	if ((d->keys != 1 && d->keys != -1) || (!in && p->mode == PIPELINE_ACCUMULATE))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d has keys " INT64_FORMAT ", but pipeline \"%s\" keeps min and max",
+						i + 1, d->keys, p->name),
+				 errdetail("A delta of a pipeline with min_max adds one key (1) or, in latest mode, takes one (-1)."),
+				 errhint("Pass the deltas exactonce.state_upsert() returned.")));
+	change->ext = palloc0(sizeof(Numeric) * CELL_NEXT(p));
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+	{
+		Numeric		v = slot == 0 ? d->total : d->measures[slot - 1];
+
+		if (!p->min_max[slot] || v == NULL)
+			continue;
+		/* a delta carries a leaving value negated */
+		if (!in)
+			v = DatumGetNumeric(DirectFunctionCall1(numeric_uminus, NumericGetDatum(v)));
+		change->ext[CELL_EXT(p, in ? EXT_LO_IN : EXT_LO_OUT, slot)] = v;
+		change->ext[CELL_EXT(p, in ? EXT_HI_IN : EXT_HI_OUT, slot)] = v;
+	}
+}
+
+/*
+ * DeltaChange is the change the i-th delta makes to its cell.
+ */
+static void
+DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change)
 {
 	change->total = d->total;
 	change->keys = d->keys;
-	for (int i = 0; i < p->nmeasures; i++)
+	for (int j = 0; j < p->nmeasures; j++)
 	{
-		change->sums[i] = d->measures[i];
-		change->counts[i] = d->measures[i] ? d->keys : 0;
+		change->sums[j] = d->measures[j];
+		change->counts[j] = d->measures[j] ? d->keys : 0;
 	}
+	change->ext = NULL;
+	if (p->any_min_max)
+		DeltaExtremes(p, d, i, change);
 }
 
 /*
@@ -207,7 +241,7 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 	{
 		CellChange	change;
 
-		DeltaChange(p, &deltas[i], &change);
+		DeltaChange(p, &deltas[i], i, &change);
 		CellTableAdd(leaves, p, p->ndims, deltas[i].cell, &change);
 	}
 	hash_seq_init(&seq, leaves);
@@ -220,9 +254,8 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 
 /*
  * MapStage pre-aggregates n deltas at every rollup level and stages them
- * under their token, which it writes to token, with the changes of the
- * leaf cells' values behind min and max.  It returns false (staging nothing)
- * for an empty batch.
+ * under their token, which it writes to token.  It returns false (staging
+ * nothing) for an empty batch.
  */
 bool
 MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
@@ -230,7 +263,6 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 {
 	HTAB	   *cells;
 	CellColumns cols;
-	MemberColumns members;
 
 	if (n == 0)
 		return false;
@@ -238,16 +270,7 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 
 	cells = RollUp(p, deltas, n);
 	CellColumnsOf(p, cells, &cols);
-	members.nmembers = 0;
-	if (p->any_min_max)
-	{
-		HTAB	   *leaves = ExtremaTableCreate();
-
-		ExtremaOfDeltas(p, deltas, n, leaves);
-		ExtremaColumnsOf(p, leaves, &members);
-		hash_destroy(leaves);
-	}
-	LedgerStage(p, token, source, position, n, &cols, &members);
+	LedgerStage(p, token, source, position, n, &cols);
 	hash_destroy(cells);
 
 	FaultMaybeFail(FAULT_MAP);

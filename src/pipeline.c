@@ -491,8 +491,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 "CREATE TABLE %s.ledger (token bytea PRIMARY KEY, source text NOT NULL,"
 					 " position bigint, staged_at timestamptz NOT NULL, applied_at timestamptz,"
 					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[],"
-					 " measure_sums numeric[], measure_counts bigint[], member_cells text[],"
-					 " member_slots integer[], member_values numeric[], member_counts bigint[]);\n"
+					 " measure_sums numeric[], measure_counts bigint[], extrema numeric[]);\n"
 					 "CREATE INDEX ledger_staged ON %s.ledger (staged_at) WHERE applied_at IS NULL;\n"
 					 "CREATE INDEX ledger_source ON %s.ledger (source, position) WHERE applied_at IS NOT NULL;\n"
 					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n"
@@ -500,13 +499,19 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 "COMMENT ON INDEX %s.ledger_source IS 'exactonce: applied tokens by source position, for release';\n",
 					 s, s, s, s, s, s);
 
-	/* extrema: the values of each cell whose min and max it keeps */
-	if (def->any_min_max)
-		appendStringInfo(&sql,
-						 "CREATE TABLE %s.extrema (cell text[] COLLATE \"C\", measure text COLLATE \"C\","
-						 " value numeric, n bigint NOT NULL, PRIMARY KEY (cell, measure, value));\n"
-						 "COMMENT ON TABLE %s.extrema IS 'exactonce: the values of each measure kept with min_max in each cell (cell: the values of its dimensions), each with the number of contributions that have it';\n",
-						 s, s);
+	/*
+	 * state_cell: the keys of each leaf cell, from which reduce reads a leaf's
+	 * min and max anew when a newer version took its extreme away (extrema.c)
+	 */
+	if (def->any_min_max && mode == PIPELINE_LATEST)
+	{
+		appendStringInfo(&sql, "CREATE INDEX state_cell ON %s.state (", s);
+		for (int i = 0; i < ndims; i++)
+			appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "", quote_identifier(dims[i]));
+		appendStringInfo(&sql, ");\n"
+						 "COMMENT ON INDEX %s.state_cell IS 'exactonce: the keys of each leaf cell, for its min and max';\n",
+						 s);
+	}
 	return sql.data;
 }
 
@@ -567,7 +572,6 @@ CheckOwnership(Pipeline *p)
 		{get_relname_relid("ledger", p->nspid), RELKIND_RELATION},
 		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
 		{p->mode == PIPELINE_ACCUMULATE ? p->seen : p->state, RELKIND_RELATION},
-		{p->any_min_max ? p->extrema : p->state, RELKIND_RELATION},
 	};
 	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
 	bool		ok = HeapTupleIsValid(tup) &&
@@ -648,8 +652,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->seen_pkey = get_relname_relid("seen_pkey", p->nspid);
 	p->progress = get_relname_relid("progress", p->nspid);
 	p->shard = get_relname_relid("shard", p->nspid);
-	p->extrema = get_relname_relid("extrema", p->nspid);
-	if ((p->any_min_max && !OidIsValid(p->extrema)) ||
+	p->state_cell = get_relname_relid("state_cell", p->nspid);
+	if ((p->any_min_max && p->mode == PIPELINE_LATEST && !OidIsValid(p->state_cell)) ||
 		!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
 		!OidIsValid(p->shard) ||
 		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||

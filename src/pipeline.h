@@ -41,10 +41,10 @@ typedef struct Pipeline
 	Oid			slots[EXACTONCE_SLOTS];
 	Oid			state;
 	Oid			state_pkey;
+	Oid			state_cell;		/* latest mode with min_max: on the dimensions */
 	Oid			seen;			/* accumulate mode only */
 	Oid			seen_pkey;
 	Oid			progress;
-	Oid			extrema;		/* with min_max: each cell's values */
 	Oid			shard;			/* drain position of each shard */
 	int			nshards;
 	Oid			caller;			/* while acting as owner: who called, */

@@ -32,22 +32,14 @@ PG_FUNCTION_INFO_V1(exactonce_reduce_apply);
 
 /*
  * BuildAggUpsert: add per-cell changes to aggregates, with the sums and
- * counts of the measures (their averages follow, as generated columns), and
- * set the min and max of the cells kept in extrema.
+ * counts of the measures (their averages follow, as generated columns).
  */
 static const char *
 BuildAggUpsert(Pipeline *p)
 {
 	StringInfoData sql;
-	StringInfoData cell;
 	const char *s = quote_identifier(p->name);
 	int			arg = 2;
-
-	initStringInfo(&cell);
-	appendStringInfoString(&cell, "(ARRAY[");
-	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&cell, "%su.d%d", i > 0 ? ", " : "", i);
-	appendStringInfoString(&cell, "]::text[])[1:u.level]");
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s.aggregates AS a (level", s);
@@ -58,14 +50,7 @@ BuildAggUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", %s, %s",
 						 quote_identifier(psprintf("%s_sum", p->measures[i])),
 						 quote_identifier(psprintf("%s_count", p->measures[i])));
-	for (int slot = 0; slot <= p->nmeasures; slot++)
-		if (p->min_max[slot])
-			appendStringInfo(&sql, ", %s, %s",
-							 quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
-							 quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
-	appendStringInfoString(&sql, ", updated_at) SELECT u.*");
-	ExtremaAppendLookups(&sql, p, cell.data);
-	appendStringInfoString(&sql, ", now() FROM unnest($1::int4[]");
+	appendStringInfoString(&sql, ", updated_at) SELECT u.*, now() FROM unnest($1::int4[]");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", $%d::text[]", arg++);
 	appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]", arg, arg + 1);
@@ -91,15 +76,14 @@ BuildAggUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", %s = a.%s + excluded.%s, %s = a.%s + excluded.%s",
 						 sum, sum, sum, count, count, count);
 	}
-	for (int slot = 0; slot <= p->nmeasures; slot++)
-		if (p->min_max[slot])
-		{
-			const char *min = quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot)));
-			const char *max = quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot)));
-
-			appendStringInfo(&sql, ", %s = excluded.%s, %s = excluded.%s", min, min, max, max);
-		}
 	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total");
+	/* the cells, for their min and max (extrema.c) */
+	if (p->any_min_max)
+	{
+		appendStringInfoString(&sql, ", a.level");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", a.%s", quote_identifier(p->dims[i]));
+	}
 	return sql.data;
 }
 
@@ -115,11 +99,10 @@ BuildAggDelete(Pipeline *p)
 
 /*
  * MergeStaged adds the staged batches of tt (LedgerLockStaged) to the cell
- * table, and the changes of their values behind min and max to members,
- * and returns their tokens.
+ * table and returns their tokens.
  */
 static Datum *
-MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *ntokens)
+MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 {
 	uint64		n = tt->numvals;
 	Datum	   *tokens = palloc(sizeof(Datum) * Max(n, 1));
@@ -134,9 +117,11 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 				   *totals,
 				   *keys,
 				   *sums = NULL,
-				   *counts = NULL;
+				   *counts = NULL,
+				   *ext = NULL;
 		bool	   *cellnulls,
-				   *sumnulls;
+				   *sumnulls,
+				   *extnulls = NULL;
 		int			ncells;
 
 		CHECK_FOR_INTERRUPTS();
@@ -156,6 +141,9 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 			CellUnflatten(SPI_getbinval(tup, desc, 7, &isnull), INT8OID, p->nmeasures,
 						  ncells, &counts, &sumnulls);
 		}
+		if (p->any_min_max)
+			CellUnflatten(SPI_getbinval(tup, desc, 8, &isnull), NUMERICOID, CELL_NEXT(p),
+						  ncells, &ext, &extnulls);
 		for (int c = 0; c < ncells; c++)
 		{
 			CellChange	change;
@@ -167,10 +155,16 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 				change.sums[i] = DatumGetNumeric(sums[c * p->nmeasures + i]);
 				change.counts[i] = DatumGetInt64(counts[c * p->nmeasures + i]);
 			}
+			change.ext = NULL;
+			if (ext)
+			{
+				change.ext = palloc(sizeof(Numeric) * CELL_NEXT(p));
+				for (int i = 0; i < CELL_NEXT(p); i++)
+					change.ext[i] = extnulls[c * CELL_NEXT(p) + i] ? NULL :
+						DatumGetNumeric(ext[c * CELL_NEXT(p) + i]);
+			}
 			CellTableAdd(cells, p, DatumGetInt32(levels[c]), &cellv[c * p->ndims], &change);
 		}
-		if (p->any_min_max)
-			ExtremaMergeStaged(p, tup, desc, 8, members, cells);
 	}
 	*ntokens = (int) n;
 	return tokens;
@@ -188,6 +182,8 @@ ApplyCells(Pipeline *p, HTAB *cells)
 	CellColumns cols;
 	int			ncells,
 				nargs;
+	SPITupleTable *rows;
+	bool	   *gone;
 	ItemPointer empty;
 	Datum	   *emptyd;
 	int			nempty = 0;
@@ -220,12 +216,14 @@ ApplyCells(Pipeline *p, HTAB *cells)
 	StatementExec(StatementPrepare(p, BuildAggUpsert, nargs, types),
 				  values, NULL, ncells);
 
+	rows = SPI_tuptable;
+	gone = palloc0(sizeof(bool) * Max(rows->numvals, 1));
 	empty = palloc(sizeof(ItemPointerData) * ncells);
 	emptyd = palloc(sizeof(Datum) * ncells);
-	for (uint64 r = 0; r < SPI_processed; r++)
+	for (uint64 r = 0; r < rows->numvals; r++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = rows->vals[r];
+		TupleDesc	desc = rows->tupdesc;
 		bool		isnull;
 		int64		keys;
 		bool		zero;
@@ -248,16 +246,21 @@ ApplyCells(Pipeline *p, HTAB *cells)
 					 errhint("Apply tokens in the order they were staged, or all staged batches at once: exactonce.reduce_apply(pipeline).")));
 		if (keys != 0)
 			continue;
+		gone[r] = true;
 		empty[nempty] = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
 		emptyd[nempty] = PointerGetDatum(&empty[nempty]);
 		nempty++;
 	}
-	SPI_freetuptable(SPI_tuptable);
-	if (nempty == 0)
-		return;
-	delval[0] = PointerGetDatum(construct_array(emptyd, nempty, TIDOID,
-												sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-	StatementExec(StatementPrepare(p, BuildAggDelete, 1, deltype), delval, NULL, nempty);
+	if (nempty > 0)
+	{
+		delval[0] = PointerGetDatum(construct_array(emptyd, nempty, TIDOID,
+													sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+		StatementExec(StatementPrepare(p, BuildAggDelete, 1, deltype), delval, NULL, nempty);
+	}
+	/* the min and max of the cells left, read from those below */
+	if (p->any_min_max)
+		ExtremaApply(p, cells, rows, gone);
+	SPI_freetuptable(rows);
 }
 
 /*
@@ -269,27 +272,21 @@ int
 ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 {
 	HTAB	   *cells = CellTableCreate();
-	HTAB	   *members = p->any_min_max ? ExtremaTableCreate() : NULL;
 	Datum	   *applied;
 	int			napplied;
 	SPITupleTable *pending;
 
 	Assert(p->progress_locked);
 	pending = LedgerLockStaged(p, tokens, have_tokens);
-	applied = MergeStaged(p, pending, cells, members, &napplied);
+	applied = MergeStaged(p, pending, cells, &napplied);
 	if (napplied > 0)
 	{
-		/* the aggregates upsert reads the min and max from extrema */
-		if (members)
-			ExtremaApply(p, members);
 		ApplyCells(p, cells);
 		LedgerMarkApplied(p, applied, napplied);
 	}
 	/* a flush reduces batch after batch in one SPI connection */
 	SPI_freetuptable(pending);
 	hash_destroy(cells);
-	if (members)
-		hash_destroy(members);
 	if (napplied == 0)
 		return 0;
 

@@ -36,6 +36,8 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -101,6 +103,8 @@ typedef struct StateWork
 	/* index probes */
 	Relation	rel;
 	Relation	index;
+	Relation	cell_index;		/* with min_max: state_cell */
+	IndexInfo  *cell_index_info;
 	KeyProbe   *probe;			/* keys in order (probe.c), or NULL */
 	IndexScanDesc scan;			/* keys one by one */
 	TupleTableSlot *slot;
@@ -596,10 +600,10 @@ WriteRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks)
 	Datum		keyval = PointerGetDatum(key);
 	bool		keynull = false;
 
+	bool		update_indexes = true;
+
 	if (ks->stored)
 	{
-		bool		update_indexes;
-
 		simple_table_tuple_update(w->rel, &ks->tid, slot, GetActiveSnapshot(), &update_indexes);
 		if (update_indexes)
 			index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
@@ -610,6 +614,13 @@ WriteRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks)
 		simple_table_tuple_insert(w->rel, slot);
 		index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
 					 UNIQUE_CHECK_YES, false, w->index_info);
+	}
+	if (w->cell_index && update_indexes)
+	{
+		bool		nulls[EXACTONCE_MAX_DIMENSIONS] = {false};
+
+		index_insert(w->cell_index, ks->dims, nulls, &slot->tts_tid, w->rel,
+					 UNIQUE_CHECK_NO, false, w->cell_index_info);
 	}
 }
 
@@ -815,7 +826,7 @@ Validate(StateWork *w, Event *ev)
  * goes with its last step) instead.
  */
 static void
-CheckDirectWrites(Relation rel, int ncolumns)
+CheckDirectWrites(Relation rel, int ncolumns, int nindexes)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	List	   *indexes = RelationGetIndexList(rel);
@@ -831,7 +842,7 @@ CheckDirectWrites(Relation rel, int ncolumns)
 	for (int a = 0; a < desc->natts; a++)
 		if (!TupleDescAttr(desc, a)->attisdropped)
 			n++;
-	if (list_length(indexes) != 1 || n != ncolumns)
+	if (list_length(indexes) != nindexes || n != ncolumns)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("table \"%s.%s\" has indexes or columns exactonce does not maintain",
@@ -839,6 +850,34 @@ CheckDirectWrites(Relation rel, int ncolumns)
 				 errdetail("The pipeline writes this table directly and keeps only its primary key and its own columns."),
 				 errhint("Drop the added indexes or columns; index a copy or a view of the table instead.")));
 	list_free(indexes);
+}
+
+/*
+ * OpenCellIndex opens index state_cell, which the stage keeps, and insists
+ * that it is what create_pipeline made: a B-tree on the dimensions, in
+ * order, without expressions or predicate.
+ */
+static void
+OpenCellIndex(StateWork *w)
+{
+	Pipeline   *p = w->p;
+	Relation	index = index_open(p->state_cell, RowExclusiveLock);
+	Form_pg_index form = index->rd_index;
+	bool		ok = index->rd_rel->relam == BTREE_AM_OID && form->indrelid == p->state &&
+	form->indnatts == p->ndims && form->indnkeyatts == p->ndims &&
+	RelationGetIndexExpressions(index) == NIL && RelationGetIndexPredicate(index) == NIL;
+
+	for (int i = 0; ok && i < p->ndims; i++)
+		ok = form->indkey.values[i] == w->attnums[EV_DIM0 + i];
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("index \"%s.state_cell\" is not the one exactonce made", p->name),
+				 errdetail("The pipeline keeps it as a B-tree on the dimensions, in order."),
+				 errhint("Drop it and create it again: CREATE INDEX state_cell ON %s.state (<the dimensions>).",
+						 quote_identifier(p->name))));
+	w->cell_index = index;
+	w->cell_index_info = BuildIndexInfo(index);
 }
 
 /*
@@ -853,7 +892,8 @@ OpenProbes(StateWork *w, Snapshot snap)
 
 	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
 	w->rel = table_open(p->state, RowExclusiveLock);
-	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures : 7);
+	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures : 7,
+					  OidIsValid(p->state_cell) ? 2 : 1);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
 	w->probe = KeyProbeBegin(w->rel, w->index, snap);
@@ -863,7 +903,11 @@ OpenProbes(StateWork *w, Snapshot snap)
 	w->col_version = ColumnOf(desc, "version");
 	w->col_updated = ColumnOf(desc, "updated_at");
 	if (p->mode == PIPELINE_LATEST)
+	{
 		EventAttnums(p, desc, w->attnums);
+		if (OidIsValid(p->state_cell))
+			OpenCellIndex(w);
+	}
 	else
 	{
 		w->attnums[EV_KEY] = ColumnOf(desc, "key");
@@ -873,7 +917,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 		w->col_last = ColumnOf(desc, "last_event_time");
 		CheckRights(p->seen, ACL_SELECT | ACL_INSERT);
 		w->seen_rel = table_open(p->seen, RowExclusiveLock);
-		CheckDirectWrites(w->seen_rel, 3);
+		CheckDirectWrites(w->seen_rel, 3, 1);
 		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
 		w->seen_index_info = BuildIndexInfo(w->seen_index);
 		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);
@@ -894,6 +938,8 @@ CloseProbes(StateWork *w)
 		index_close(w->seen_index, NoLock);
 		table_close(w->seen_rel, NoLock);
 	}
+	if (w->cell_index)
+		index_close(w->cell_index, NoLock);
 	ExecDropSingleTupleTableSlot(w->slot);
 	index_endscan(w->scan);
 	index_close(w->index, NoLock);

@@ -44,6 +44,7 @@ typedef struct StatementKey
 	Oid			nspid;			/* InvalidOid for the extension's own */
 	int32		pipeline_id;
 	const void *id;				/* the StatementBuilder, or the SQL text */
+	int32		level;			/* for a StatementLevelBuilder */
 } StatementKey;
 
 typedef struct StatementEntry
@@ -92,7 +93,8 @@ StatementsSweep(void)
  */
 static SPIPlanPtr
 StatementKept(StatementKey *key, const char *sql, Pipeline *p,
-			  StatementBuilder build, int nargs, const Oid *argtypes)
+			  StatementBuilder build, StatementLevelBuilder build_level,
+			  int nargs, const Oid *argtypes)
 {
 	StatementEntry *entry;
 	SPIPlanPtr	plan;
@@ -116,7 +118,7 @@ StatementKept(StatementKey *key, const char *sql, Pipeline *p,
 		return entry->plan;
 
 	if (sql == NULL)
-		sql = build(p);
+		sql = build ? build(p) : build_level(p, key->level);
 	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
 	if (plan == NULL)
 		elog(ERROR, "could not prepare \"%s\": %s", sql,
@@ -144,7 +146,26 @@ StatementPrepare(Pipeline *p, StatementBuilder build, int nargs, Oid *argtypes)
 	key.nspid = p->nspid;
 	key.pipeline_id = p->id;
 	key.id = (const void *) build;
-	return StatementKept(&key, NULL, p, build, nargs, argtypes);
+	return StatementKept(&key, NULL, p, build, NULL, nargs, argtypes);
+}
+
+/*
+ * StatementPrepareLevel returns the kept plan of the statement that build
+ * makes for pipeline p and one level of its rollup.
+ */
+SPIPlanPtr
+StatementPrepareLevel(Pipeline *p, StatementLevelBuilder build, int level, int nargs,
+					  Oid *argtypes)
+{
+	StatementKey key;
+
+	Assert(p != NULL && OidIsValid(p->nspid) && p->acting_as_owner);
+	memset(&key, 0, sizeof(key));
+	key.nspid = p->nspid;
+	key.pipeline_id = p->id;
+	key.id = (const void *) build;
+	key.level = level;
+	return StatementKept(&key, NULL, p, NULL, build, nargs, argtypes);
 }
 
 /*
@@ -159,7 +180,7 @@ StatementPrepareFixed(const char *sql, int nargs, const Oid *argtypes)
 
 	memset(&key, 0, sizeof(key));
 	key.id = (const void *) sql;
-	return StatementKept(&key, sql, NULL, NULL, nargs, argtypes);
+	return StatementKept(&key, sql, NULL, NULL, NULL, nargs, argtypes);
 }
 
 /*

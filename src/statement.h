@@ -14,11 +14,15 @@
 
 /* Builds the SQL of a statement on one pipeline's tables. */
 typedef const char *(*StatementBuilder) (Pipeline *p);
+/* ... and of one level of its rollup. */
+typedef const char *(*StatementLevelBuilder) (Pipeline *p, int level);
 
 extern int	StatementPinSearchPath(void);
 extern void StatementUnpinSearchPath(int nestlevel);
 extern SPIPlanPtr StatementPrepare(Pipeline *p, StatementBuilder build,
 								   int nargs, Oid *argtypes);
+extern SPIPlanPtr StatementPrepareLevel(Pipeline *p, StatementLevelBuilder build,
+										int level, int nargs, Oid *argtypes);
 extern SPIPlanPtr StatementPrepareFixed(const char *sql, int nargs,
 										const Oid *argtypes);
 extern void StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls,
