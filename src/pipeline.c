@@ -8,7 +8,8 @@
  *
  *	 ingest			the queue, LIST-partitioned on ingest_slot into ingest_0
  *					and ingest_1 (queue.c rotates and truncates them)
- *	 state			one row per key
+ *	 state			one row per key; with min_max in latest mode, index
+ *					state_cell on the dimensions (extrema.c)
  *	 seen			accumulate mode: one row per distinct (key, version)
  *	 aggregates		one row per non-empty rollup cell
  *	 dead_letters	events that could not be applied, with the reason
@@ -500,8 +501,9 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 s, s, s, s, s, s);
 
 	/*
-	 * state_cell: the keys of each leaf cell, from which reduce reads a leaf's
-	 * min and max anew when a newer version took its extreme away (extrema.c)
+	 * state_cell: the keys of each leaf cell, from which reduce reads a
+	 * leaf's min and max anew when a newer version took its extreme away
+	 * (extrema.c)
 	 */
 	if (def->any_min_max && mode == PIPELINE_LATEST)
 	{

@@ -14,6 +14,7 @@
 
 /* Builds the SQL of a statement on one pipeline's tables. */
 typedef const char *(*StatementBuilder) (Pipeline *p);
+
 /* ... and of one level of its rollup. */
 typedef const char *(*StatementLevelBuilder) (Pipeline *p, int level);
 

@@ -680,7 +680,7 @@ SQL
 )
 	[ "$measured" = 0 ] || VERDICT="FAIL: $measured rows of measures$([ "$min_max" = "'{}'" ] || echo ", mins and maxes") differ from the truth${VERDICT#PASS}"
 	record "$run" "$EVENTS" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT"
-	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates)$([ "$min_max" = "'{}'" ] || echo "; extrema $(sizes $PIPE.extrema)")"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates)"
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
 }
 
