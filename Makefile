@@ -21,6 +21,7 @@ OBJS = \
 	src/map.o \
 	src/reduce.o \
 	src/extrema.o \
+	src/distinct.o \
 	src/drain.o \
 	src/fault.o \
 	src/stats.o \

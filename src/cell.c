@@ -172,6 +172,8 @@ CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims, const CellChange 
 			c->sums[i] = AddSum(c->sums[i], change->sums[i]);
 			c->counts[i] += change->counts[i];
 		}
+		for (int i = 0; i < p->ndistinct; i++)
+			c->distinct[i] += change->distinct[i];
 		for (int i = 0; change->ext && i < CELL_NEXT(p); i++)
 		{
 			if (c->ext == NULL)
@@ -211,6 +213,9 @@ CellIsNil(Pipeline *p, Cell *cell)
 	for (int i = 0; c->ext && i < CELL_NEXT(p); i++)
 		if (c->ext[i] != NULL)
 			return false;
+	for (int i = 0; i < p->ndistinct; i++)
+		if (c->distinct[i] != 0)
+			return false;
 	return true;
 }
 
@@ -230,6 +235,7 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	Numeric    *sv[EXACTONCE_MAX_MEASURES];
 	int64	   *cv[EXACTONCE_MAX_MEASURES];
 	Numeric    *ev[4 * (1 + EXACTONCE_MAX_MEASURES)];
+	int64	   *xv[EXACTONCE_MAX_DISTINCT];
 	int			next = p->any_min_max ? CELL_NEXT(p) : 0;
 	HASH_SEQ_STATUS seq;
 	Cell	   *cell;
@@ -247,6 +253,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	}
 	for (int i = 0; i < next; i++)
 		ev[i] = palloc(sizeof(Numeric) * max);
+	for (int i = 0; i < p->ndistinct; i++)
+		xv[i] = palloc(sizeof(int64) * max);
 	hash_seq_init(&seq, cells);
 	while ((cell = hash_seq_search(&seq)) != NULL)
 	{
@@ -268,6 +276,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 		}
 		for (int i = 0; i < next; i++)
 			ev[i][n] = cell->change.ext ? cell->change.ext[i] : NULL;
+		for (int i = 0; i < p->ndistinct; i++)
+			xv[i][n] = cell->change.distinct[i];
 		n++;
 	}
 	cols->ncells = n;
@@ -283,6 +293,8 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	}
 	for (int i = 0; i < next; i++)
 		cols->ext[i] = StatementNumericArray(ev[i], n);
+	for (int i = 0; i < p->ndistinct; i++)
+		cols->distinct[i] = StatementInt8Array(xv[i], n);
 }
 
 /*

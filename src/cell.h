@@ -32,6 +32,7 @@ typedef struct CellChange
 	Numeric		sums[EXACTONCE_MAX_MEASURES];
 	int64		counts[EXACTONCE_MAX_MEASURES];
 	Numeric    *ext;
+	int64		distinct[EXACTONCE_MAX_DISTINCT];	/* of each distinct count */
 } CellChange;
 
 #define EXT_LO_IN	0
@@ -63,6 +64,7 @@ typedef struct CellColumns
 	Datum		sums[EXACTONCE_MAX_MEASURES];	/* numeric[] */
 	Datum		counts[EXACTONCE_MAX_MEASURES]; /* int8[] */
 	Datum		ext[4 * (1 + EXACTONCE_MAX_MEASURES)];	/* numeric[], CELL_EXT */
+	Datum		distinct[EXACTONCE_MAX_DISTINCT];	/* int8[] */
 } CellColumns;
 
 extern HTAB *CellTableCreateOf(Size entrysize);

@@ -6,8 +6,9 @@
  *		dead_letters with a reason when the pipeline cannot apply them.
  *
  * An event's columns are those of the pipeline's queue: key, version,
- * value, one text column per dimension, deleted, event_time and one numeric
- * column per measure (NULL where the event has none).  Readers
+ * value, one text column per dimension, deleted, event_time, one numeric
+ * column per measure and one text column per distinct_counts column (NULL
+ * where the event has none).  Readers
  * map them by name (EventAttnums), so a caller's record may order them as it
  * likes and carry other columns; a column of the wrong type is an error
  * rather than a cast, so no cast the caller defines ever runs.
@@ -48,8 +49,13 @@ EventColumn(Pipeline *p, int i, Oid *type)
 		*type = TEXTOID;
 		return p->dims[i - EV_DIM0];
 	}
-	*type = NUMERICOID;
-	return p->measures[i - EV_MEAS0(p)];
+	if (i < EV_DIST0(p))
+	{
+		*type = NUMERICOID;
+		return p->measures[i - EV_MEAS0(p)];
+	}
+	*type = TEXTOID;
+	return p->distincts[i - EV_DIST0(p)];
 }
 
 /*
@@ -98,6 +104,7 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 
 	ev->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
 	ev->measures = p->nmeasures > 0 ? palloc0(sizeof(Numeric) * p->nmeasures) : NULL;
+	ev->distincts = p->ndistinct > 0 ? palloc0(sizeof(Datum) * p->ndistinct) : NULL;
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
 		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p);
@@ -135,8 +142,10 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 			default:
 				if (i < EV_MEAS0(p))
 					ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
-				else
+				else if (i < EV_DIST0(p))
 					ev->measures[i - EV_MEAS0(p)] = DatumGetNumericCopy(d);
+				else
+					ev->distincts[i - EV_DIST0(p)] = PointerGetDatum(DatumGetTextPCopy(d));
 				break;
 		}
 	}
@@ -242,6 +251,8 @@ EventAppendColumns(StringInfo sql, Pipeline *p)
 	appendStringInfoString(sql, ", deleted, event_time");
 	for (int i = 0; i < p->nmeasures; i++)
 		appendStringInfo(sql, ", %s", quote_identifier(p->measures[i]));
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(sql, ", %s", quote_identifier(p->distincts[i]));
 }
 
 /*
@@ -260,6 +271,8 @@ EventAppendUnnest(StringInfo sql, Pipeline *p, int extra)
 	arg += 2;
 	for (int i = 0; i < p->nmeasures; i++)
 		appendStringInfo(sql, ", $%d::numeric[]", arg++);
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(sql, ", $%d::text[]", arg++);
 	for (int i = 0; i < extra; i++)
 		appendStringInfo(sql, ", $%d::text[]", arg++);
 	appendStringInfoChar(sql, ')');
@@ -312,6 +325,19 @@ EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
 			nums[j] = events[j]->measures[i];
 		values[5 + p->ndims + i] = StatementNumericArray(nums, n);
 		types[5 + p->ndims + i] = NUMERICARRAYOID;
+	}
+	for (int i = 0; i < p->ndistinct; i++)
+	{
+		Datum	   *texts = palloc(sizeof(Datum) * Max(n, 1));
+		bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
+
+		for (int j = 0; j < n; j++)
+		{
+			texts[j] = events[j]->distincts[i];
+			nulls[j] = texts[j] == (Datum) 0;
+		}
+		values[5 + p->ndims + p->nmeasures + i] = StatementTextArray(texts, nulls, n);
+		types[5 + p->ndims + p->nmeasures + i] = TEXTARRAYOID;
 	}
 }
 

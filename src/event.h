@@ -27,6 +27,8 @@ typedef struct Event
 	int			ord;			/* arrival order within the batch */
 	Datum	   *dims;			/* text, one per dimension */
 	Numeric    *measures;		/* one per measure, NULL where none */
+	Datum	   *distincts;		/* text, one per distinct_counts column, 0
+								 * where none */
 } Event;
 
 /* The effect of one state transition on one leaf cell. */
@@ -42,6 +44,9 @@ typedef struct Delta
 	Numeric    *measures;		/* change of each measure's sum, NULL where
 								 * the version has none; its count changes by
 								 * "keys" where it is not NULL */
+	Datum	   *distincts;		/* text entering (keys 1) or leaving (keys
+								 * -1) the cell, one per distinct_counts
+								 * column, 0 where none */
 } Delta;
 
 /* What the state stage did with a batch. */
@@ -69,8 +74,10 @@ typedef struct DeadLetter
 #define EV_TIME		4
 #define EV_DIM0		5
 #define EV_MEAS0(p)	(EV_DIM0 + (p)->ndims)
-#define EV_NATTS(p)	(EV_MEAS0(p) + (p)->nmeasures)
-#define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES)
+#define EV_DIST0(p)	(EV_MEAS0(p) + (p)->nmeasures)
+#define EV_NATTS(p)	(EV_DIST0(p) + (p)->ndistinct)
+#define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES + \
+						 EXACTONCE_MAX_DISTINCT)
 
 extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
 extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,

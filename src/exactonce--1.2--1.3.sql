@@ -1,44 +1,48 @@
 /*
- * exactonce 1.2 -> 1.3: several measures per event, and min and max per
- * cell.
+ * exactonce 1.2 -> 1.3: several measures per event, min and max, and
+ * distinct counts per cell.
  *
  * A pipeline may declare numeric measures besides value (each aggregates row
- * then carries their sum, count and avg) and keep min and max of value and
- * of its measures.  Pipelines made before have neither and are carried
- * forward unchanged: their tables keep their columns, and the stages use
- * the new ledger columns only for pipelines that declared measures or
- * min_max.
+ * then carries their sum, count and avg), keep min and max of value and of
+ * its measures, and count the distinct values of text columns per cell.
+ * Pipelines made before have none of these and are carried forward
+ * unchanged: their tables keep their columns, and the stages use the new
+ * ledger columns only for pipelines that declared any.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.3'" to load this file. \quit
 
 ALTER TABLE exactonce.pipeline
 	ADD COLUMN measures text[] NOT NULL DEFAULT '{}',
-	ADD COLUMN min_max text[] NOT NULL DEFAULT '{}';
+	ADD COLUMN min_max text[] NOT NULL DEFAULT '{}',
+	ADD COLUMN distinct_counts text[] NOT NULL DEFAULT '{}';
 COMMENT ON COLUMN exactonce.pipeline.measures IS
 	'numeric measures of each event besides value: each aggregates row carries <measure>_sum, _count and _avg';
 COMMENT ON COLUMN exactonce.pipeline.min_max IS
 	'measures (value among them) whose min and max each aggregates row carries, as <measure>_min and _max';
+COMMENT ON COLUMN exactonce.pipeline.distinct_counts IS
+	'text columns of each event whose distinct values each aggregates row counts, as <column>_distinct';
 
-ALTER TYPE exactonce.delta ADD ATTRIBUTE measures numeric[];
+ALTER TYPE exactonce.delta ADD ATTRIBUTE measures numeric[], ADD ATTRIBUTE distincts text[];
 COMMENT ON TYPE exactonce.delta IS
-	'effect of one state transition (key, version) on one leaf cell: the cell''s dimension values and the change of its total and key count; measures: the change of each declared measure (NULL where the event has none)';
+	'effect of one state transition (key, version) on one leaf cell: the cell''s dimension values and the change of its total and key count; measures: the change of each declared measure (NULL where the event has none); distincts: the value of each distinct_counts column that enters (keys 1) or leaves (keys -1) the cell';
 
 DROP FUNCTION exactonce.create_pipeline(text, text[], text, integer);
 CREATE FUNCTION exactonce.create_pipeline(name text, dimensions text[],
 										  mode text DEFAULT 'latest',
 										  shards integer DEFAULT 2,
 										  measures text[] DEFAULT '{}',
-										  min_max text[] DEFAULT '{}')
+										  min_max text[] DEFAULT '{}',
+										  distinct_counts text[] DEFAULT '{}')
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_create_pipeline'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer, text[], text[]) IS
-	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel; measures: numeric columns besides value, summed, counted and averaged per cell; min_max: measures (value among them) whose min and max each cell keeps';
+COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer, text[], text[], text[]) IS
+	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel; measures: numeric columns besides value, summed, counted and averaged per cell; min_max: measures (value among them) whose min and max each cell keeps; distinct_counts: text columns whose distinct values each cell counts';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
-	SELECT s.*, p.measures, p.min_max
+	SELECT s.*, p.measures, p.min_max, p.distinct_counts
 	FROM exactonce.pipeline_stats() s
 	JOIN exactonce.pipeline p ON p.name OPERATOR(pg_catalog.=) s.name;
 COMMENT ON VIEW exactonce.pipelines IS
-	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures and those with min and max';
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures, those with min and max, and the columns counted distinct';

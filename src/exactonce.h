@@ -27,6 +27,7 @@
 
 #define EXACTONCE_MAX_DIMENSIONS	16
 #define EXACTONCE_MAX_MEASURES		16	/* numeric measures besides value */
+#define EXACTONCE_MAX_DISTINCT		8	/* columns counted distinct per cell */
 #define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
 #define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained
 										 * in parallel */

@@ -38,8 +38,9 @@ PG_FUNCTION_INFO_V1(exactonce_release);
  * A pipeline with measures or min_max stages these too; the ledgers of
  * pipelines made before 1.3 do not have them.
  */
-#define LEDGER_MORE(p)	((p)->nmeasures > 0 || (p)->any_min_max)
-#define LEDGER_MORE_COLUMNS ", measure_sums, measure_counts, extrema"
+#define LEDGER_MORE(p)	((p)->nmeasures > 0 || (p)->any_min_max || (p)->ndistinct > 0)
+#define LEDGER_MORE_COLUMNS ", measure_sums, measure_counts, extrema, member_cells," \
+	" member_columns, member_values, member_counts"
 
 /*
  * BuildLedgerStage: stage one batch unless its token is already known.
@@ -53,7 +54,7 @@ BuildLedgerStage(Pipeline *p)
 					" ON CONFLICT (token) DO NOTHING",
 					quote_identifier(p->name),
 					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "",
-					LEDGER_MORE(p) ? ", $9, $10, $11" : "");
+					LEDGER_MORE(p) ? ", $9, $10, $11, $12, $13, $14, $15" : "");
 }
 
 /*
@@ -90,7 +91,8 @@ BuildLedgerApplied(Pipeline *p)
 					" WHERE token = ANY($1) AND applied_at IS NULL",
 					quote_identifier(p->name),
 					LEDGER_MORE(p) ? ", measure_sums = NULL, measure_counts = NULL,"
-					" extrema = NULL" : "");
+					" extrema = NULL, member_cells = NULL, member_columns = NULL,"
+					" member_values = NULL, member_counts = NULL" : "");
 }
 
 /*
@@ -109,17 +111,18 @@ BuildLedgerGC(Pipeline *p)
  * token is known already: its cells as parallel arrays (levels, a 2-D text[]
  * of cells, totals, key counts, 2-D arrays of measure sums and counts and
  * of the least and greatest values entering and leaving for min and max),
- * and the source and position it came from (position < 0: none).
+ * the changes of the leaf cells' distinct values, and the source and
+ * position it came from (position < 0: none).
  */
 void
 LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
-			int ndeltas, CellColumns *cells)
+			int ndeltas, CellColumns *cells, MemberColumns *members)
 {
-	Oid			types[11] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
+	Oid			types[15] = {BYTEAOID, TEXTOID, INT8OID, INT4OID, INT4ARRAYOID,
 		TEXTARRAYOID, NUMERICARRAYOID, INT8ARRAYOID, NUMERICARRAYOID, INT8ARRAYOID,
-	NUMERICARRAYOID};
-	Datum		values[11];
-	char		nulls[12] = "           ";
+	NUMERICARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
+	Datum		values[15];
+	char		nulls[16] = "               ";
 	bytea	   *tok = palloc(VARHDRSZ + EXACTONCE_TOKEN_LEN);
 
 	SET_VARSIZE(tok, VARHDRSZ + EXACTONCE_TOKEN_LEN);
@@ -140,8 +143,17 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 		values[9] = CellFlatten(cells->counts, p->nmeasures, cells->ncells, INT8OID);
 		values[10] = CellFlatten(cells->ext, p->any_min_max ? CELL_NEXT(p) : 0,
 								 cells->ncells, NUMERICOID);
+		if (members->nmembers > 0)
+		{
+			values[11] = CellFlatten(members->dims, p->ndims, members->nmembers, TEXTOID);
+			values[12] = members->cols;
+			values[13] = members->values;
+			values[14] = members->counts;
+		}
+		else
+			memset(nulls + 11, 'n', 4);
 	}
-	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 11 : 8, types),
+	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 15 : 8, types),
 				  values, nulls, -1);
 }
 
@@ -149,7 +161,8 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
  * LedgerLockStaged locks the staged batches, all of them or those among
  * tokens (a bytea[]) when have_tokens, oldest first, and returns them: token,
  * levels, cells, totals, keys and, for a pipeline with measures or min_max,
- * measure_sums, measure_counts, extrema.  The caller frees the table.
+ * measure_sums, measure_counts, extrema, member_cells, member_columns,
+ * member_values, member_counts.  The caller frees the table.
  */
 SPITupleTable *
 LedgerLockStaged(Pipeline *p, Datum tokens, bool have_tokens)

@@ -12,10 +12,12 @@
 #include "executor/spi.h"
 
 #include "cell.h"
+#include "distinct.h"
 #include "pipeline.h"
 
 extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
-						int64 position, int ndeltas, CellColumns *cells);
+						int64 position, int ndeltas, CellColumns *cells,
+						MemberColumns *members);
 extern SPITupleTable *LedgerLockStaged(Pipeline *p, Datum tokens,
 									   bool have_tokens);
 extern void LedgerMarkApplied(Pipeline *p, Datum *tokens, int n);

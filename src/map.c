@@ -23,6 +23,7 @@
 #include "utils/typcache.h"
 
 #include "cell.h"
+#include "distinct.h"
 #include "fault.h"
 #include "ledger.h"
 #include "map.h"
@@ -83,6 +84,16 @@ DeltaCmpAll(const void *a, const void *b, void *arg)
 			c = DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(ma),
 												  NumericGetDatum(mb)));
 	}
+	for (int i = 0; c == 0 && i < p->ndistinct; i++)
+	{
+		Datum		xa = da->distincts[i];
+		Datum		xb = db->distincts[i];
+
+		if (xa == (Datum) 0 || xb == (Datum) 0)
+			c = (xa != (Datum) 0) - (xb != (Datum) 0);
+		else
+			c = TextCmp((text *) DatumGetPointer(xa), (text *) DatumGetPointer(xb));
+	}
 	return c;
 }
 
@@ -138,7 +149,7 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 
 	for (int i = 0; i < n; i++)
 		sorted[i] = &deltas[i];
-	if (p->nmeasures > 0)
+	if (p->nmeasures > 0 || p->ndistinct > 0)
 		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmpAll, p);
 	else
 		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
@@ -148,6 +159,8 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 	HashInt64(ctx, p->ndims);
 	if (p->nmeasures > 0)
 		HashInt64(ctx, p->nmeasures);
+	if (p->ndistinct > 0)
+		HashInt64(ctx, p->ndistinct);
 	for (int i = 0; i < n; i++)
 	{
 		Delta	   *d = sorted[i];
@@ -167,6 +180,15 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
 			else
 				HashNumeric(ctx, d->measures[j]);
+		}
+		for (int j = 0; j < p->ndistinct; j++)
+		{
+			uint32		none = 0xFFFFFFFF;
+
+			if (d->distincts[j] == (Datum) 0)
+				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
+			else
+				HashText(ctx, (text *) DatumGetPointer(d->distincts[j]));
 		}
 	}
 	if (pg_cryptohash_final(ctx, token, EXACTONCE_TOKEN_LEN) < 0)
@@ -220,6 +242,7 @@ DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change)
 		change->sums[j] = d->measures[j];
 		change->counts[j] = d->measures[j] ? d->keys : 0;
 	}
+	memset(change->distinct, 0, sizeof(change->distinct));
 	change->ext = NULL;
 	if (p->any_min_max)
 		DeltaExtremes(p, d, i, change);
@@ -263,6 +286,7 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 {
 	HTAB	   *cells;
 	CellColumns cols;
+	MemberColumns members;
 
 	if (n == 0)
 		return false;
@@ -270,7 +294,16 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 
 	cells = RollUp(p, deltas, n);
 	CellColumnsOf(p, cells, &cols);
-	LedgerStage(p, token, source, position, n, &cols);
+	members.nmembers = 0;
+	if (p->ndistinct > 0)
+	{
+		HTAB	   *leaves = DistinctTableCreate();
+
+		DistinctOfDeltas(p, deltas, n, leaves);
+		DistinctColumnsOf(p, leaves, &members);
+		hash_destroy(leaves);
+	}
+	LedgerStage(p, token, source, position, n, &cols, &members);
 	hash_destroy(cells);
 
 	FaultMaybeFail(FAULT_MAP);
@@ -340,6 +373,42 @@ MeasuresFromArray(Pipeline *p, int i, Datum arr)
 }
 
 /*
+ * DistinctsFromArray reads the distinct_counts values of delta i from a
+ * text[] (0: none given, all NULL).
+ */
+static Datum *
+DistinctsFromArray(Pipeline *p, int i, Datum arr)
+{
+	Datum	   *distincts;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (p->ndistinct == 0)
+	{
+		if (arr != (Datum) 0 && ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(arr)),
+											   ARR_DIMS(DatumGetArrayTypeP(arr))) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("delta %d has distinct_counts values, pipeline \"%s\" has none", i + 1, p->name)));
+		return NULL;
+	}
+	distincts = palloc0(sizeof(Datum) * p->ndistinct);
+	if (arr == (Datum) 0)
+		return distincts;
+	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n != p->ndistinct || ARR_NDIM(DatumGetArrayTypeP(arr)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d has %d distinct_counts values, pipeline \"%s\" has %d columns",
+						i + 1, n, p->name, p->ndistinct)));
+	for (int j = 0; j < n; j++)
+		distincts[j] = nulls[j] ? (Datum) 0 : elems[j];
+	return distincts;
+}
+
+/*
  * DeltasFromArray turns an exactonce.delta[] into deltas.
  */
 static Delta *
@@ -357,8 +426,8 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 	{
 		HeapTupleHeader rec;
 		HeapTupleData tuple;
-		Datum		values[6];
-		bool		isnull[6];
+		Datum		values[7];
+		bool		isnull[7];
 		Datum	   *cell;
 		bool	   *cellnulls;
 		int			ncell;
@@ -375,7 +444,7 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
 		tuple.t_data = rec;
 		heap_deform_tuple(&tuple, desc, values, isnull);
-		if (desc->natts < 6 && p->nmeasures > 0)
+		if (desc->natts < 7 && (p->nmeasures > 0 || p->ndistinct > 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("the exactonce library is newer than the extension's SQL objects"),
@@ -406,6 +475,7 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		deltas[i].total = DatumGetNumeric(values[3]);
 		deltas[i].keys = DatumGetInt64(values[4]);
 		deltas[i].measures = MeasuresFromArray(p, i, desc->natts < 6 || isnull[5] ? (Datum) 0 : values[5]);
+		deltas[i].distincts = DistinctsFromArray(p, i, desc->natts < 7 || isnull[6] ? (Datum) 0 : values[6]);
 	}
 	*ndeltas = n;
 	return deltas;

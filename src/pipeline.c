@@ -254,6 +254,70 @@ CheckMinMax(ArrayType *arr, char **measures, int nmeasures, char **dims, int ndi
 }
 
 /*
+ * CheckDistincts validates the columns whose distinct values a new pipeline
+ * counts per cell: text columns of their own, named like dimensions and
+ * unlike any other column, each counted in aggregates column <name>_distinct.
+ */
+static int
+CheckDistincts(ArrayType *arr, Pipeline *def)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("distinct_counts must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > EXACTONCE_MAX_DISTINCT)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline can count the distinct values of at most %d columns",
+						EXACTONCE_MAX_DISTINCT)));
+	for (int i = 0; i < n; i++)
+	{
+		char	   *c;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("distinct_counts names must not be NULL")));
+		c = def->distincts[i] = TextDatumGetCString(elems[i]);
+		CheckIdentifier("distinct_counts column", c);
+		if (strlen(c) > NAMEDATALEN - 1 - strlen("_distinct"))
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("distinct_counts column name \"%s\" is too long", c),
+					 errdetail("The aggregates table has a column \"%s_distinct\", which must fit in %d characters.",
+							   c, NAMEDATALEN - 1)));
+		for (const char *const *r = reserved_columns; *r; r++)
+			if (strcmp(c, *r) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_RESERVED_NAME),
+						 errmsg("distinct_counts column name \"%s\" is reserved", c),
+						 errdetail("The pipeline's own relations already have a column of that name."),
+						 errhint("Name a text column of its own, for example \"counterparty\".")));
+		for (int j = 0; j < i; j++)
+			if (strcmp(c, def->distincts[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("distinct_counts lists \"%s\" twice", c)));
+		for (int j = 0; j < def->ndims + def->nmeasures; j++)
+		{
+			const char *other = j < def->ndims ? def->dims[j] : def->measures[j - def->ndims];
+
+			if (strcmp(c, other) == 0 || strcmp(psprintf("%s_distinct", c), other) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("distinct_counts column \"%s\" and \"%s\" would share a column name", c, other),
+						 errhint("A distinct_counts column is a text column of its own; rename it.")));
+		}
+	}
+	return n;
+}
+
+/*
  * PipelineExtremumName names a min_max slot: value, or a measure.
  */
 const char *
@@ -305,14 +369,17 @@ AppendDims(StringInfo sql, char **dims, int ndims, bool not_null)
 }
 
 /*
- * AppendMeasures appends ", <measure> numeric" for each measure: NULL where
- * an event has none.
+ * AppendMeasures appends ", <measure> numeric" for each measure and
+ * ", <column> text" for each distinct_counts column: NULL where an event has
+ * none.
  */
 static void
 AppendMeasures(StringInfo sql, Pipeline *def)
 {
 	for (int i = 0; i < def->nmeasures; i++)
 		appendStringInfo(sql, ", %s numeric", quote_identifier(def->measures[i]));
+	for (int i = 0; i < def->ndistinct; i++)
+		appendStringInfo(sql, ", %s text", quote_identifier(def->distincts[i]));
 }
 
 /*
@@ -340,6 +407,9 @@ AppendAggregateMeasures(StringInfo sql, Pipeline *def)
 			appendStringInfo(sql, "%s numeric, %s numeric, ",
 							 quote_identifier(psprintf("%s_min", PipelineExtremumName(def, slot))),
 							 quote_identifier(psprintf("%s_max", PipelineExtremumName(def, slot))));
+	for (int i = 0; i < def->ndistinct; i++)
+		appendStringInfo(sql, "%s bigint NOT NULL DEFAULT 0, ",
+						 quote_identifier(psprintf("%s_distinct", def->distincts[i])));
 }
 
 /*
@@ -492,7 +562,9 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 "CREATE TABLE %s.ledger (token bytea PRIMARY KEY, source text NOT NULL,"
 					 " position bigint, staged_at timestamptz NOT NULL, applied_at timestamptz,"
 					 " deltas integer NOT NULL, levels integer[], cells text[], totals numeric[], keys bigint[],"
-					 " measure_sums numeric[], measure_counts bigint[], extrema numeric[]);\n"
+					 " measure_sums numeric[], measure_counts bigint[], extrema numeric[],"
+					 " member_cells text[], member_columns integer[], member_values text[],"
+					 " member_counts bigint[]);\n"
 					 "CREATE INDEX ledger_staged ON %s.ledger (staged_at) WHERE applied_at IS NULL;\n"
 					 "CREATE INDEX ledger_source ON %s.ledger (source, position) WHERE applied_at IS NOT NULL;\n"
 					 "COMMENT ON TABLE %s.ledger IS 'exactonce: map batches by SHA-256 token; staged until applied_at is set, kept while a retry could bring the token back';\n"
@@ -505,6 +577,13 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	 * leaf's min and max anew when a newer version took its extreme away
 	 * (extrema.c)
 	 */
+	/* distincts: the values of each distinct_counts column in each cell */
+	if (def->ndistinct > 0)
+		appendStringInfo(&sql,
+						 "CREATE TABLE %s.distincts (cell text[] COLLATE \"C\", col text COLLATE \"C\","
+						 " value text COLLATE \"C\", n bigint NOT NULL, PRIMARY KEY (cell, col, value));\n"
+						 "COMMENT ON TABLE %s.distincts IS 'exactonce: the values of each distinct_counts column in each cell (cell: the values of its dimensions), with how many contributions have it';\n",
+						 s, s);
 	if (def->any_min_max && mode == PIPELINE_LATEST)
 	{
 		appendStringInfo(&sql, "CREATE INDEX state_cell ON %s.state (", s);
@@ -574,6 +653,7 @@ CheckOwnership(Pipeline *p)
 		{get_relname_relid("ledger", p->nspid), RELKIND_RELATION},
 		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
 		{p->mode == PIPELINE_ACCUMULATE ? p->seen : p->state, RELKIND_RELATION},
+		{p->ndistinct > 0 ? p->distinct_values : p->state, RELKIND_RELATION},
 	};
 	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
 	bool		ok = HeapTupleIsValid(tup) &&
@@ -637,6 +717,13 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 			if (strcmp(m, PipelineExtremumName(p, slot)) == 0)
 				p->min_max[slot] = p->any_min_max = true;
 	}
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 9, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	if (n > EXACTONCE_MAX_DISTINCT)
+		elog(ERROR, "pipeline \"%s\" counts %d distinct columns", p->name, n);
+	p->ndistinct = n;
+	for (int i = 0; i < n; i++)
+		p->distincts[i] = TextDatumGetCString(elems[i]);
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -655,7 +742,9 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->progress = get_relname_relid("progress", p->nspid);
 	p->shard = get_relname_relid("shard", p->nspid);
 	p->state_cell = get_relname_relid("state_cell", p->nspid);
-	if ((p->any_min_max && p->mode == PIPELINE_LATEST && !OidIsValid(p->state_cell)) ||
+	p->distinct_values = get_relname_relid("distincts", p->nspid);
+	if ((p->ndistinct > 0 && !OidIsValid(p->distinct_values)) ||
+		(p->any_min_max && p->mode == PIPELINE_LATEST && !OidIsValid(p->state_cell)) ||
 		!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
 		!OidIsValid(p->shard) ||
 		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||
@@ -669,7 +758,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	return p;
 }
 
-#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max"
+#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -820,20 +909,20 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	Pipeline	def = {0};
 	int			nshards;
 	int			nestlevel;
-	Oid			types[7] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
-	TEXTARRAYOID, TEXTARRAYOID};
-	Datum		values[7];
+	Oid			types[8] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
+	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[8];
 
-	if (PG_NARGS() != 6)
+	if (PG_NARGS() != 7)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("name, dimensions, mode, shards, measures and min_max of a pipeline must not be NULL")));
+					 errmsg("name, dimensions, mode, shards, measures, min_max and distinct_counts of a pipeline must not be NULL")));
 	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", def.name);
 	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
@@ -844,6 +933,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 				def.min_max);
 	for (int slot = 0; slot <= def.nmeasures; slot++)
 		def.any_min_max |= def.min_max[slot];
+	def.ndistinct = CheckDistincts(PG_GETARG_ARRAYTYPE_P(6), &def);
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -873,9 +963,11 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	values[4] = Int32GetDatum(nshards);
 	values[5] = PG_GETARG_DATUM(4);
 	values[6] = PG_GETARG_DATUM(5);
-	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures, min_max)"
-				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7)",
-				 7, types, values, 1);
+	values[7] = PG_GETARG_DATUM(6);
+	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures,"
+				 " min_max, distinct_counts)"
+				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8)",
+				 8, types, values, 1);
 
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

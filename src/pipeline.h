@@ -35,6 +35,9 @@ typedef struct Pipeline
 	/* min and max kept per cell: of value (0) and of measure i (1 + i) */
 	bool		min_max[1 + EXACTONCE_MAX_MEASURES];
 	bool		any_min_max;
+	int			ndistinct;		/* text columns whose distinct values each
+								 * cell counts */
+	char	   *distincts[EXACTONCE_MAX_DISTINCT];
 	Oid			owner;
 	Oid			nspid;
 	Oid			ingest;			/* partitioned parent */
@@ -42,6 +45,7 @@ typedef struct Pipeline
 	Oid			state;
 	Oid			state_pkey;
 	Oid			state_cell;		/* latest mode with min_max: on the dimensions */
+	Oid			distinct_values;	/* with distinct_counts: table distincts */
 	Oid			seen;			/* accumulate mode only */
 	Oid			seen_pkey;
 	Oid			progress;

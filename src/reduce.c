@@ -21,6 +21,7 @@
 #include "utils/builtins.h"
 
 #include "cell.h"
+#include "distinct.h"
 #include "extrema.h"
 #include "fault.h"
 #include "ledger.h"
@@ -50,6 +51,8 @@ BuildAggUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", %s, %s",
 						 quote_identifier(psprintf("%s_sum", p->measures[i])),
 						 quote_identifier(psprintf("%s_count", p->measures[i])));
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(&sql, ", %s", quote_identifier(psprintf("%s_distinct", p->distincts[i])));
 	appendStringInfoString(&sql, ", updated_at) SELECT u.*, now() FROM unnest($1::int4[]");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", $%d::text[]", arg++);
@@ -57,12 +60,16 @@ BuildAggUpsert(Pipeline *p)
 	arg += 2;
 	for (int i = 0; i < p->nmeasures; i++, arg += 2)
 		appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]", arg, arg + 1);
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(&sql, ", $%d::int8[]", arg++);
 	appendStringInfoString(&sql, ") AS u(level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", d%d", i);
 	appendStringInfoString(&sql, ", total, keys");
 	for (int i = 0; i < p->nmeasures; i++)
 		appendStringInfo(&sql, ", s%d, c%d", i, i);
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(&sql, ", x%d", i);
 	appendStringInfoString(&sql, ") ON CONFLICT (level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
@@ -75,6 +82,12 @@ BuildAggUpsert(Pipeline *p)
 
 		appendStringInfo(&sql, ", %s = a.%s + excluded.%s, %s = a.%s + excluded.%s",
 						 sum, sum, sum, count, count, count);
+	}
+	for (int i = 0; i < p->ndistinct; i++)
+	{
+		const char *c = quote_identifier(psprintf("%s_distinct", p->distincts[i]));
+
+		appendStringInfo(&sql, ", %s = a.%s + excluded.%s", c, c, c);
 	}
 	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total");
 	/* the cells, for their min and max (extrema.c) */
@@ -102,7 +115,7 @@ BuildAggDelete(Pipeline *p)
  * table and returns their tokens.
  */
 static Datum *
-MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
+MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *ntokens)
 {
 	uint64		n = tt->numvals;
 	Datum	   *tokens = palloc(sizeof(Datum) * Max(n, 1));
@@ -163,8 +176,11 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 					change.ext[i] = extnulls[c * CELL_NEXT(p) + i] ? NULL :
 						DatumGetNumeric(ext[c * CELL_NEXT(p) + i]);
 			}
+			memset(change.distinct, 0, sizeof(change.distinct));
 			CellTableAdd(cells, p, DatumGetInt32(levels[c]), &cellv[c * p->ndims], &change);
 		}
+		if (members)
+			DistinctMergeStaged(p, tup, desc, 9, members, cells);
 	}
 	*ntokens = (int) n;
 	return tokens;
@@ -177,8 +193,8 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, int *ntokens)
 static void
 ApplyCells(Pipeline *p, HTAB *cells)
 {
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES];
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES];
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT];
 	CellColumns cols;
 	int			ncells,
 				nargs;
@@ -211,6 +227,11 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		values[nargs] = cols.sums[i];
 		types[nargs++] = NUMERICARRAYOID;
 		values[nargs] = cols.counts[i];
+		types[nargs++] = INT8ARRAYOID;
+	}
+	for (int i = 0; i < p->ndistinct; i++)
+	{
+		values[nargs] = cols.distinct[i];
 		types[nargs++] = INT8ARRAYOID;
 	}
 	StatementExec(StatementPrepare(p, BuildAggUpsert, nargs, types),
@@ -272,21 +293,27 @@ int
 ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 {
 	HTAB	   *cells = CellTableCreate();
+	HTAB	   *members = p->ndistinct > 0 ? DistinctTableCreate() : NULL;
 	Datum	   *applied;
 	int			napplied;
 	SPITupleTable *pending;
 
 	Assert(p->progress_locked);
 	pending = LedgerLockStaged(p, tokens, have_tokens);
-	applied = MergeStaged(p, pending, cells, &napplied);
+	applied = MergeStaged(p, pending, cells, members, &napplied);
 	if (napplied > 0)
 	{
+		/* the distinct counts' changes go into the aggregates upsert */
+		if (members)
+			DistinctApply(p, members, cells);
 		ApplyCells(p, cells);
 		LedgerMarkApplied(p, applied, napplied);
 	}
 	/* a flush reduces batch after batch in one SPI connection */
 	SPI_freetuptable(pending);
 	hash_destroy(cells);
+	if (members)
+		hash_destroy(members);
 	if (napplied == 0)
 		return 0;
 

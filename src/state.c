@@ -76,6 +76,7 @@ typedef struct KeyState
 	bool		deleted;
 	Datum	   *dims;			/* text; shared with the event it comes from */
 	Numeric    *measures;		/* ... as are these */
+	Datum	   *distincts;
 	/* accumulate mode */
 	Numeric		total;
 	int64		events;
@@ -270,6 +271,21 @@ ContentDigest(Pipeline *p, Event *ev)
 			appendStringInfoChar(&buf, '\0');
 		}
 	}
+	for (int i = 0; i < p->ndistinct; i++)
+	{
+		/* NULL as a lone 'n', a text as '=', its length and its bytes */
+		if (ev->distincts[i] == (Datum) 0)
+			appendStringInfoChar(&buf, 'n');
+		else
+		{
+			text	   *t = (text *) DatumGetPointer(ev->distincts[i]);
+			uint32		len = VARSIZE_ANY_EXHDR(t);
+
+			appendStringInfoChar(&buf, '=');
+			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+			appendBinaryStringInfo(&buf, VARDATA_ANY(t), len);
+		}
+	}
 	h = hash_bytes_extended((unsigned char *) buf.data, buf.len, 0x6578616374);
 	pfree(buf.data);
 	return (int64) h;
@@ -292,10 +308,11 @@ AddDead(StateWork *w, Event *ev, char *reason)
  */
 static void
 AddDelta(StateWork *w, text *key, int64 version, Datum *cell, Numeric total, int64 keys,
-		 Numeric *measures)
+		 Numeric *measures, Datum *distincts)
 {
 	Delta	   *d = &w->deltas[w->ndeltas++];
 
+	d->distincts = distincts;
 	d->key = key;
 	d->version = version;
 	d->total = total;
@@ -395,6 +412,13 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 
 			ks->measures[i] = isnull ? NULL : DatumGetNumericCopy(d);
 		}
+		ks->distincts = p->ndistinct > 0 ? palloc(sizeof(Datum) * p->ndistinct) : NULL;
+		for (int i = 0; i < p->ndistinct; i++)
+		{
+			Datum		d = slot_getattr(slot, w->attnums[EV_DIST0(p) + i], &isnull);
+
+			ks->distincts[i] = isnull ? (Datum) 0 : PointerGetDatum(DatumGetTextPCopy(d));
+		}
 	}
 	else
 	{
@@ -422,6 +446,14 @@ SameContent(Pipeline *p, Event *ev, KeyState *ks)
 		Numeric		b = ks->measures[i];
 
 		if ((a == NULL) != (b == NULL) || (a != NULL && !NumericEq(a, b)))
+			return false;
+	}
+	for (int i = 0; i < p->ndistinct; i++)
+	{
+		Datum		a = ev->distincts[i];
+		Datum		b = ks->distincts[i];
+
+		if ((a == (Datum) 0) != (b == (Datum) 0) || (a != (Datum) 0 && !TextEq(a, b)))
 			return false;
 	}
 	return true;
@@ -482,6 +514,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 			cur.deleted = ev->deleted;
 			cur.dims = ev->dims;
 			cur.measures = ev->measures;
+			cur.distincts = ev->distincts;
 			changed = true;
 		}
 	}
@@ -501,14 +534,16 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	 */
 	if (leaves && enters && CellCmp(p, before.dims, cur.dims) > 0)
 	{
-		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures);
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures,
+				 cur.distincts);
 		enters = false;
 	}
 	if (leaves)
 		AddDelta(w, run[0]->key, cur.version, before.dims, NumericNeg(before.value), -1,
-				 NegMeasures(p, before.measures));
+				 NegMeasures(p, before.measures), before.distincts);
 	if (enters)
-		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures);
+		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures,
+				 cur.distincts);
 }
 
 /*
@@ -580,7 +615,8 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 		w->seen_keys[w->nseen] = ev->key;
 		w->seen_versions[w->nseen] = ev->version;
 		w->seen_digests[w->nseen++] = digest;
-		AddDelta(w, ev->key, ev->version, ev->dims, ev->value, 1, ev->measures);
+		AddDelta(w, ev->key, ev->version, ev->dims, ev->value, 1, ev->measures,
+				 ev->distincts);
 		changed = true;
 	}
 	if (changed)
@@ -664,6 +700,9 @@ WriteState(StateWork *w)
 			for (int i = 0; i < p->nmeasures; i++)
 				if (ks->measures[i] != NULL)
 					SetColumn(slot, w->attnums[EV_MEAS0(p) + i], NumericGetDatum(ks->measures[i]));
+			for (int i = 0; i < p->ndistinct; i++)
+				if (ks->distincts[i] != (Datum) 0)
+					SetColumn(slot, w->attnums[EV_DIST0(p) + i], ks->distincts[i]);
 		}
 		else
 		{
@@ -789,6 +828,21 @@ BadMeasure(Pipeline *p, Event *ev)
 }
 
 /*
+ * DistinctBytes is the size of an event's dimension values and its longest
+ * distinct_counts value: the key of its values in table distincts.
+ */
+static int
+DistinctBytes(Pipeline *p, Event *ev)
+{
+	int			longest = 0;
+
+	for (int i = 0; i < p->ndistinct; i++)
+		if (ev->distincts[i] != (Datum) 0)
+			longest = Max(longest, (int) VARSIZE_ANY_EXHDR(DatumGetPointer(ev->distincts[i])));
+	return longest == 0 ? 0 : CellBytes(p, ev) + longest;
+}
+
+/*
  * Validate sends events that no state can take to dead letters; it returns
  * false for those.
  */
@@ -809,6 +863,9 @@ Validate(StateWork *w, Event *ev)
 		AddDead(w, ev, psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES));
 	else if (bad)
 		AddDead(w, ev, bad);
+	else if (DistinctBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
+		AddDead(w, ev, psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
+								EXACTONCE_MAX_KEY_BYTES));
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
@@ -892,7 +949,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 
 	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
 	w->rel = table_open(p->state, RowExclusiveLock);
-	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures : 7,
+	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures + p->ndistinct : 7,
 					  OidIsValid(p->state_cell) ? 2 : 1);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
@@ -1056,8 +1113,8 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < ndeltas; i++)
 	{
-		Datum		values[6];
-		bool		nulls[6] = {false};
+		Datum		values[7];
+		bool		nulls[7] = {false};
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = PointerGetDatum(deltas[i].key);
@@ -1065,11 +1122,20 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 		values[2] = StatementTextArray(deltas[i].cell, NULL, p->ndims);
 		values[3] = NumericGetDatum(deltas[i].total);
 		values[4] = Int64GetDatum(deltas[i].keys);
-		/* the type's measures, from 1.3 on */
+		/* the type's measures and distincts, from 1.3 on */
 		nulls[5] = p->nmeasures == 0;
 		if (p->nmeasures > 0)
 			values[5] = StatementNumericArray(deltas[i].measures, p->nmeasures);
-		if (p->nmeasures > 0 && rsinfo->setDesc->natts < 6)
+		nulls[6] = p->ndistinct == 0;
+		if (p->ndistinct > 0)
+		{
+			bool	   *dn = palloc(sizeof(bool) * p->ndistinct);
+
+			for (int j = 0; j < p->ndistinct; j++)
+				dn[j] = deltas[i].distincts[j] == (Datum) 0;
+			values[6] = StatementTextArray(deltas[i].distincts, dn, p->ndistinct);
+		}
+		if ((p->nmeasures > 0 || p->ndistinct > 0) && rsinfo->setDesc->natts < 7)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("the exactonce library is newer than the extension's SQL objects"),

@@ -1,13 +1,15 @@
 -- test/pgtap/random_measures.sql
 --
--- Measures (sum, count, avg) and min/max under retraction, against an oracle
--- computed from the generated events alone (never from state), checked after
--- every batch.
+-- Measures (sum, count, avg), min/max and distinct counts under retraction,
+-- against an oracle computed from the generated events alone (never from
+-- state), checked after every batch.
 --
 -- latest mode: about 2,000 keys, each with 0..14 versions that move between
 -- cells, are tombstones (and come back), carry measure qty always and fee
 -- often not (NULL), from small sets of values, so that a cell's min or max
--- is often shared by several keys and often retracted.  About 10% of the
+-- is often shared by several keys and often retracted; and a counterparty
+-- (cpty, sometimes NULL) from 40, counted distinct per cell, so that a
+-- value leaving a cell often stays with another key and sometimes goes.  About 10% of the
 -- events are sent twice; all arrive shuffled, in twelve chunks, each
 -- flushed and checked against the oracle of the events delivered so far.
 --
@@ -17,16 +19,18 @@
 -- Everything happens in one transaction that is rolled back.
 
 BEGIN;
-SELECT plan(37);
+SELECT plan(40);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_measures', ARRAY['book', 'desk'], 'latest',
-		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'])$$,
-	'create_pipeline with measures qty, fee and min_max value, fee (latest)');
+		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'],
+		distinct_counts => ARRAY['cpty'])$$,
+	'create_pipeline with measures qty, fee, min_max value, fee and distinct_counts cpty (latest)');
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_measures_acc', ARRAY['book', 'desk'], 'accumulate',
-		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'])$$,
-	'create_pipeline with measures qty, fee and min_max value, qty (accumulate)');
+		measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'],
+		distinct_counts => ARRAY['cpty'])$$,
+	'create_pipeline with measures qty, fee, min_max value, qty and distinct_counts cpty (accumulate)');
 
 DO $$ BEGIN PERFORM setseed(0.16); END $$;
 
@@ -38,6 +42,7 @@ SELECT format('trade-%s', k) AS key,
 	   (ARRAY['d1', 'd2', 'd3', 'd4'])[1 + floor(random() * 4)::int] AS desk,
 	   round((random() * 10)::numeric, 1) AS qty,
 	   CASE WHEN random() < 0.3 THEN NULL ELSE (floor(random() * 15))::numeric / 4 END AS fee,
+	   CASE WHEN random() < 0.1 THEN NULL ELSE format('cp%s', floor(random() * 40)) END AS cpty,
 	   random() < 0.12 AS deleted
 FROM generate_series(1, 2000) AS k,
 	 generate_series(1, (k * 7919 % 15)) AS v;
@@ -57,6 +62,9 @@ SELECT cmp_ok((SELECT count(*) FROM produced), '>=', 14000::bigint,
 	'generator: at least 14,000 events');
 SELECT cmp_ok((SELECT count(*) FROM produced WHERE fee IS NULL), '>', 3000::bigint,
 	'generator: many events without a fee');
+SELECT cmp_ok((SELECT count(*) FROM distinct_events a JOIN distinct_events b
+			   ON b.key = a.key AND b.version > a.version AND b.cpty IS DISTINCT FROM a.cpty), '>', 5000::bigint,
+	'generator: newer versions change the counterparty');
 SELECT cmp_ok((SELECT count(*) FROM (SELECT key FROM distinct_events GROUP BY key
 			   HAVING count(DISTINCT (book, desk)) > 1) AS m), '>', 1000::bigint,
 	'generator: keys that move between cells');
@@ -66,12 +74,13 @@ CREATE FUNCTION pg_temp.oracle_latest(c int)
 RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
 			   qty_sum numeric, qty_count bigint, qty_avg numeric,
 			   fee_sum numeric, fee_count bigint, fee_avg numeric,
-			   value_min numeric, value_max numeric, fee_min numeric, fee_max numeric)
+			   value_min numeric, value_max numeric, fee_min numeric, fee_max numeric,
+			   cpty_distinct bigint)
 LANGUAGE sql AS $$
 	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
 		   coalesce(sum(qty), 0), count(qty), trim_scale(sum(qty)) / nullif(count(qty), 0),
 		   coalesce(sum(fee), 0), count(fee), trim_scale(sum(fee)) / nullif(count(fee), 0),
-		   min(value), max(value), min(fee), max(fee)
+		   min(value), max(value), min(fee), max(fee), count(DISTINCT cpty)
 	FROM (SELECT DISTINCT ON (key) * FROM produced WHERE chunk <= c
 		  ORDER BY key, version DESC) AS latest
 	WHERE NOT deleted
@@ -84,13 +93,14 @@ CREATE FUNCTION pg_temp.oracle_accumulate(c int)
 RETURNS TABLE (level int, book text, desk text, total numeric, keys bigint,
 			   qty_sum numeric, qty_count bigint, qty_avg numeric,
 			   fee_sum numeric, fee_count bigint, fee_avg numeric,
-			   value_min numeric, value_max numeric, qty_min numeric, qty_max numeric)
+			   value_min numeric, value_max numeric, qty_min numeric, qty_max numeric,
+			   cpty_distinct bigint)
 LANGUAGE sql AS $$
 	SELECT 2 - (GROUPING(book) + GROUPING(desk)), book, desk, sum(value), count(*),
 		   coalesce(sum(qty), 0), count(qty), trim_scale(sum(qty)) / nullif(count(qty), 0),
 		   coalesce(sum(fee), 0), count(fee), trim_scale(sum(fee)) / nullif(count(fee), 0),
-		   min(value), max(value), min(qty), max(qty)
-	FROM (SELECT DISTINCT key, version, value, book, desk, qty, fee FROM produced
+		   min(value), max(value), min(qty), max(qty), count(DISTINCT cpty)
+	FROM (SELECT DISTINCT key, version, value, book, desk, qty, fee, cpty FROM produced
 		  WHERE chunk <= c AND NOT deleted) AS readings
 	GROUP BY ROLLUP (book, desk)
 $$;
@@ -101,36 +111,36 @@ RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 BEGIN
 	FOR c IN 1..12 LOOP
-		INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, deleted)
-		SELECT key, version, value, book, desk, qty, fee, deleted
+		INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, cpty, deleted)
+		SELECT key, version, value, book, desk, qty, fee, cpty, deleted
 		FROM produced WHERE chunk = c ORDER BY arrival;
-		INSERT INTO tap_measures_acc.ingest (key, version, value, book, desk, qty, fee)
-		SELECT key, version, value, book, desk, qty, fee
+		INSERT INTO tap_measures_acc.ingest (key, version, value, book, desk, qty, fee, cpty)
+		SELECT key, version, value, book, desk, qty, fee, cpty
 		FROM produced WHERE chunk = c AND NOT deleted ORDER BY arrival;
 		PERFORM exactonce.flush('tap_measures');
 		PERFORM exactonce.flush('tap_measures_acc');
 		RETURN NEXT is_empty(format(
 			$q$(SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
-					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max, cpty_distinct
 				FROM tap_measures.aggregates
 				EXCEPT ALL SELECT * FROM pg_temp.oracle_latest(%1$s))
 			   UNION ALL
 			   (SELECT * FROM pg_temp.oracle_latest(%1$s)
 				EXCEPT ALL
 				SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
-					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+					   fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max, cpty_distinct
 				FROM tap_measures.aggregates)$q$, c),
 			format('latest: after chunk %s, every measure, min and max equals the oracle', c));
 		RETURN NEXT is_empty(format(
 			$q$(SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
-					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max
+					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max, cpty_distinct
 				FROM tap_measures_acc.aggregates
 				EXCEPT ALL SELECT * FROM pg_temp.oracle_accumulate(%1$s))
 			   UNION ALL
 			   (SELECT * FROM pg_temp.oracle_accumulate(%1$s)
 				EXCEPT ALL
 				SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
-					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max
+					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max, cpty_distinct
 				FROM tap_measures_acc.aggregates)$q$, c),
 			format('accumulate: after chunk %s, every measure, min and max equals the oracle', c));
 	END LOOP;
@@ -145,6 +155,14 @@ SELECT is((SELECT count(*) FROM pg_indexes WHERE schemaname = 'tap_measures' AND
 	1::bigint, 'latest: index state_cell on the dimensions of state');
 SELECT is((SELECT count(*) FROM pg_indexes WHERE schemaname = 'tap_measures_acc' AND indexname = 'state_cell'),
 	0::bigint, 'accumulate: no index state_cell');
+-- distincts keeps no value without contributions, and the grand total's
+-- values are the distinct counterparties of the live keys
+SELECT is((SELECT count(*) FROM tap_measures.distincts WHERE n <= 0), 0::bigint,
+	'distincts: no value without contributions is kept');
+SELECT is((SELECT sum(n)::bigint FROM tap_measures.distincts WHERE cell = '{}'),
+	(SELECT count(cpty) FROM (SELECT DISTINCT ON (key) * FROM produced ORDER BY key, version DESC) l
+	 WHERE NOT deleted),
+	'distincts: the grand total''s values count the live keys that have a counterparty');
 
 SELECT results_eq(
 	$$SELECT ingested, applied + duplicates + stale + dead_lettered FROM exactonce.pipelines
@@ -153,8 +171,8 @@ SELECT results_eq(
 	'accounting: ingested = applied + duplicates + stale + dead_lettered');
 
 -- A conflicting duplicate that differs only in a measure is a dead letter.
-INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, deleted)
-SELECT key, version, value, book, desk, qty + 1, fee, deleted
+INSERT INTO tap_measures.ingest (key, version, value, book, desk, qty, fee, cpty, deleted)
+SELECT key, version, value, book, desk, qty + 1, fee, cpty, deleted
 FROM (SELECT DISTINCT ON (key) * FROM produced ORDER BY key, version DESC) AS l
 LIMIT 5;
 SELECT is(exactonce.flush('tap_measures'), 5::bigint, 'five conflicting duplicates taken');
@@ -162,7 +180,7 @@ SELECT is((SELECT count(*) FROM tap_measures.dead_letters WHERE reason LIKE 'con
 	5::bigint, 'a version differing only in a measure is a conflicting duplicate');
 SELECT is_empty(
 	$$SELECT level, book, desk, total, keys, qty_sum, qty_count, qty_avg,
-			 fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max
+			 fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max, cpty_distinct
 	  FROM tap_measures.aggregates EXCEPT ALL SELECT * FROM pg_temp.oracle_latest(12)$$,
 	'conflicting duplicates change nothing');
 

@@ -1,0 +1,335 @@
+/*-------------------------------------------------------------------------
+ *
+ * distinct.c
+ *		Exact distinct counts per cell of the distinct_counts columns.
+ *
+ * A newer version or a tombstone takes a key's old value out of its cells,
+ * and a value leaves a cell's distinct count only when no other
+ * contribution of the cell has it.  Table distincts keeps, for each cell at
+ * every level and each distinct_counts column, every value the cell's
+ * contributions have and how many have it; the cell's count is the number
+ * of those values.
+ *
+ * It goes through the stages as the sums do: map turns a batch's deltas
+ * into changes of leaf-cell value counts (a delta of keys +1 or -1 adds or
+ * takes one contribution of its value), staged with the batch under its
+ * token; reduce rolls the staged changes up to every level and applies them
+ * with one upsert, before the aggregates upsert: a value that appears adds
+ * one to its cell's count, a value whose count falls to 0 is deleted and
+ * takes one away.  The cost is an upsert per distinct (cell, value) a batch
+ * changes, at every level: batches pre-aggregate the changes, so it grows
+ * with the values a batch touches, not with its events.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "distinct.h"
+#include "statement.h"
+
+/*
+ * DistinctTableCreate makes an empty table of members in the current
+ * context.
+ */
+HTAB *
+DistinctTableCreate(void)
+{
+	return CellTableCreateOf(sizeof(Member));
+}
+
+/*
+ * MemberAdd adds n contributions of value to column col of one cell.
+ */
+static void
+MemberAdd(HTAB *members, int level, Datum *dims, int col, Datum value, int64 n)
+{
+	text	   *t = (text *) DatumGetPointer(value);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	char	   *suffix = palloc(1 + len);
+	CellKey		key;
+	Member	   *m;
+	bool		found;
+
+	suffix[0] = (char) col;
+	memcpy(suffix + 1, VARDATA_ANY(t), len);
+	key = CellKeyMake(level, dims, suffix, 1 + len);
+	pfree(suffix);
+	m = hash_search(members, &key, HASH_ENTER, &found);
+	if (found)
+	{
+		pfree(key.data);
+		m->n += n;
+		return;
+	}
+	m->level = level;
+	memcpy(m->dims, dims, sizeof(Datum) * level);
+	m->col = col;
+	m->value = value;
+	m->n = n;
+}
+
+/*
+ * DistinctOfDeltas adds the leaf-cell members that n deltas change: a delta
+ * adds (keys 1) or takes (keys -1) one contribution of its value.
+ */
+void
+DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members)
+{
+	for (int i = 0; i < n; i++)
+	{
+		Delta	   *d = &deltas[i];
+
+		CHECK_FOR_INTERRUPTS();
+		if (d->keys != 1 && d->keys != -1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("delta %d has keys " INT64_FORMAT ", but pipeline \"%s\" counts distinct values",
+							i + 1, d->keys, p->name),
+					 errdetail("A distinct count needs each value that comes and goes: a delta adds one key (1) or takes one (-1)."),
+					 errhint("Pass the deltas exactonce.state_upsert() returned.")));
+		for (int j = 0; j < p->ndistinct; j++)
+			if (d->distincts[j] != (Datum) 0)
+				MemberAdd(members, p->ndims, d->cell, j, d->distincts[j], d->keys);
+	}
+}
+
+/*
+ * DistinctColumnsOf turns a table of members into parallel arrays, leaving
+ * out those whose change is nil; the dimensions beyond a member's level
+ * are NULL.
+ */
+void
+DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols)
+{
+	long		max = Max(hash_get_num_entries(members), 1);
+	Datum	   *lv = palloc(sizeof(Datum) * max);
+	Datum	   *cv = palloc(sizeof(Datum) * max);
+	Datum	   *vv = palloc(sizeof(Datum) * max);
+	int64	   *nv = palloc(sizeof(int64) * max);
+	Datum	   *dv[EXACTONCE_MAX_DIMENSIONS];
+	bool	   *dn[EXACTONCE_MAX_DIMENSIONS];
+	HASH_SEQ_STATUS seq;
+	Member	   *m;
+	int			n = 0;
+
+	for (int i = 0; i < p->ndims; i++)
+	{
+		dv[i] = palloc(sizeof(Datum) * max);
+		dn[i] = palloc(sizeof(bool) * max);
+	}
+	hash_seq_init(&seq, members);
+	while ((m = hash_seq_search(&seq)) != NULL)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (m->n == 0)
+			continue;
+		for (int i = 0; i < p->ndims; i++)
+		{
+			dn[i][n] = i >= m->level;
+			dv[i][n] = i < m->level ? m->dims[i] : (Datum) 0;
+		}
+		lv[n] = Int32GetDatum(m->level);
+		cv[n] = Int32GetDatum(m->col);
+		vv[n] = m->value;
+		nv[n] = m->n;
+		n++;
+	}
+	cols->nmembers = n;
+	cols->levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
+	for (int i = 0; i < p->ndims; i++)
+		cols->dims[i] = StatementTextArray(dv[i], dn[i], n);
+	cols->cols = PointerGetDatum(construct_array(cv, n, INT4OID, 4, true, TYPALIGN_INT));
+	cols->values = StatementTextArray(vv, NULL, n);
+	cols->counts = StatementInt8Array(nv, n);
+}
+
+/*
+ * DistinctMergeStaged adds the leaf members of one staged batch (columns
+ * first.. of a ledger row: cells, columns, values, counts) to members at
+ * every level of the rollup, and their cells to cells, to be written with
+ * the change of their counts.
+ */
+void
+DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB *members,
+					HTAB *cells)
+{
+	bool		isnull;
+	Datum	   *cellv,
+			   *colv,
+			   *values,
+			   *counts;
+	bool	   *cellnulls,
+			   *valuenulls;
+	int			n,
+				ncols,
+				ncounts;
+	Datum		d = SPI_getbinval(tup, desc, first, &isnull);
+	CellChange	none = {0};
+
+	if (isnull)
+		return;
+	none.total = int64_to_numeric(0);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 1, &isnull)),
+					  INT4OID, 4, true, TYPALIGN_INT, &colv, NULL, &ncols);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 2, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &values, &valuenulls, &n);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 3, &isnull)),
+					  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &counts, NULL, &ncounts);
+	if (ncols != n || ncounts != n)
+		elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
+	CellUnflatten(d, TEXTOID, p->ndims, n, &cellv, &cellnulls);
+	for (int i = 0; i < n; i++)
+	{
+		int			col = DatumGetInt32(colv[i]);
+
+		CHECK_FOR_INTERRUPTS();
+		if (col < 0 || col >= p->ndistinct || valuenulls[i])
+			elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
+		for (int level = 0; level <= p->ndims; level++)
+		{
+			MemberAdd(members, level, &cellv[i * p->ndims], col, values[i],
+					  DatumGetInt64(counts[i]));
+			CellTableAdd(cells, p, level, &cellv[i * p->ndims], &none);
+		}
+	}
+}
+
+/*
+ * BuildDistinctUpsert: add the changes of members to distincts; return
+ * each row's cell, column, count and whether it is new.
+ */
+static const char *
+BuildDistinctUpsert(Pipeline *p)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(p->name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.distincts AS e (cell, col, value, n)"
+					 " SELECT (ARRAY[", s);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, "%su.d%d", i > 0 ? ", " : "", i);
+	appendStringInfoString(&sql, "]::text[])[1:u.level], u.col, u.value, u.n"
+						   " FROM unnest($1::int4[]");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", $%d::text[]", i + 2);
+	appendStringInfo(&sql, ", $%d::text[], $%d::text[], $%d::int8[]) AS u(level",
+					 p->ndims + 2, p->ndims + 3, p->ndims + 4);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", d%d", i);
+	appendStringInfoString(&sql, ", col, value, n)"
+						   " ON CONFLICT (cell, col, value) DO UPDATE SET n = e.n + excluded.n"
+						   " RETURNING e.ctid, e.n, e.xmax = 0, e.cell, e.col");
+	return sql.data;
+}
+
+/*
+ * BuildDistinctDelete: delete values no contribution has any more.
+ */
+static const char *
+BuildDistinctDelete(Pipeline *p)
+{
+	return psprintf("DELETE FROM %s.distincts WHERE ctid = ANY($1)", quote_identifier(p->name));
+}
+
+/*
+ * DistinctApply applies the changes of members to table distincts and adds
+ * the change of each cell's distinct counts to its entry in cells, before
+ * the aggregates upsert writes them.
+ */
+void
+DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
+{
+	MemberColumns mc;
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 4];
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 4];
+	Datum	   *colv;
+	Datum	   *names;
+	int			n;
+	ItemPointer gone;
+	Datum	   *goned;
+	int			ngone = 0;
+
+	DistinctColumnsOf(p, members, &mc);
+	if (mc.nmembers == 0)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(mc.cols), INT4OID, 4, true, TYPALIGN_INT,
+					  &colv, NULL, &n);
+	names = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+		names[i] = CStringGetTextDatum(p->distincts[DatumGetInt32(colv[i])]);
+	values[0] = mc.levels;
+	types[0] = INT4ARRAYOID;
+	for (int i = 0; i < p->ndims; i++)
+	{
+		values[1 + i] = mc.dims[i];
+		types[1 + i] = TEXTARRAYOID;
+	}
+	values[p->ndims + 1] = StatementTextArray(names, NULL, n);
+	types[p->ndims + 1] = TEXTARRAYOID;
+	values[p->ndims + 2] = mc.values;
+	types[p->ndims + 2] = TEXTARRAYOID;
+	values[p->ndims + 3] = mc.counts;
+	types[p->ndims + 3] = INT8ARRAYOID;
+	StatementExec(StatementPrepare(p, BuildDistinctUpsert, p->ndims + 4, types),
+				  values, NULL, n);
+
+	gone = palloc(sizeof(ItemPointerData) * n);
+	goned = palloc(sizeof(Datum) * n);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int64		count = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		bool		inserted = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		Datum	   *cellv;
+		int			level;
+		char	   *col = TextDatumGetCString(SPI_getbinval(tup, desc, 5, &isnull));
+		int			j = 0;
+		Cell	   *cell;
+
+		CHECK_FOR_INTERRUPTS();
+		/* as for the aggregates (reduce.c): only batches out of order */
+		if (count < 0 || (inserted && count == 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the batches given would leave a value of a cell of pipeline \"%s\" with " INT64_FORMAT " contributions",
+							p->name, count),
+					 errdetail("A batch was given before a batch staged ahead of it, which it builds on."),
+					 errhint("Apply tokens in the order they were staged, or all staged batches at once: exactonce.reduce_apply(pipeline).")));
+		if (!inserted && count != 0)
+			continue;
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
+						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, NULL, &level);
+		while (j < p->ndistinct && strcmp(p->distincts[j], col) != 0)
+			j++;
+		cell = CellTableFind(cells, level, cellv);
+		if (cell == NULL || j == p->ndistinct)
+			elog(ERROR, "distinct values of pipeline \"%s\" changed in a cell reduce was not given",
+				 p->name);
+		/* a value that appears counts one more, one that goes one less */
+		cell->change.distinct[j] += inserted ? 1 : -1;
+		if (inserted)
+			continue;
+		gone[ngone] = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
+		goned[ngone] = PointerGetDatum(&gone[ngone]);
+		ngone++;
+	}
+	SPI_freetuptable(SPI_tuptable);
+	if (ngone > 0)
+	{
+		Oid			deltype[1] = {TIDARRAYOID};
+		Datum		delval[1];
+
+		delval[0] = PointerGetDatum(construct_array(goned, ngone, TIDOID,
+													sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+		StatementExec(StatementPrepare(p, BuildDistinctDelete, 1, deltype), delval, NULL, ngone);
+	}
+}
