@@ -41,10 +41,10 @@ SELECT exactonce.ingest('h', 's', ARRAY[('i3', 1, 1, 'x')::ev], ARRAY[NULL]::big
 SELECT exactonce.ingest('h', 's', ARRAY[('i3', 1, 1, 'x')::ev], ARRAY[[4]]::bigint[]);
 -- deltas with NULLs, cells of the wrong size, an empty array
 SELECT exactonce.map_stage('h', ARRAY[NULL::exactonce.delta]);
-SELECT exactonce.map_stage('h', ARRAY[('k', 1, NULL, 1, 1, NULL)::exactonce.delta]);
-SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY['a', 'b'], 1, 1, NULL)::exactonce.delta]);
-SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY[NULL], 1, 1, NULL)::exactonce.delta]);
-SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY[['a']], 1, 1, NULL)::exactonce.delta]) IS NOT NULL AS staged;
+SELECT exactonce.map_stage('h', ARRAY[('k', 1, NULL, 1, 1, NULL, NULL)::exactonce.delta]);
+SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY['a', 'b'], 1, 1, NULL, NULL)::exactonce.delta]);
+SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY[NULL], 1, 1, NULL, NULL)::exactonce.delta]);
+SELECT exactonce.map_stage('h', ARRAY[('k', 1, ARRAY[['a']], 1, 1, NULL, NULL)::exactonce.delta]) IS NOT NULL AS staged;
 -- tokens of any length
 SELECT exactonce.reduce_apply('h', ARRAY[''::bytea, '\x00'::bytea, decode(repeat('ff', 100000), 'hex')]);
 SELECT exactonce.release('h', repeat('s', 100000), 1);

@@ -1,6 +1,6 @@
--- Several measures per event and min/max per cell: declarations, the
--- relations they make, retraction by newer versions and tombstones, the
--- stages called by hand, and bad declarations.
+-- Several measures per event, min/max and distinct counts per cell:
+-- declarations, the relations they make, retraction by newer versions and
+-- tombstones, the stages called by hand, and bad declarations.
 CREATE EXTENSION exactonce;
 SET client_min_messages = warning;
 
@@ -66,17 +66,50 @@ SELECT d FROM exactonce.state_upsert('risk', ARRAY[ROW('e', 1, 2, 'd3', 'b1', 3,
 SELECT (d).* FROM deltas ORDER BY (d).key, (d).keys;
 SELECT exactonce.map_stage('risk', ARRAY(SELECT d FROM deltas)) IS NOT NULL AS staged;
 SELECT pg_temp.err($$SELECT exactonce.map_stage('risk',
-	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 2, ARRAY[1, 1])::exactonce.delta])$$);
+	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 2, ARRAY[1, 1], NULL)::exactonce.delta])$$);
 SELECT pg_temp.err($$SELECT exactonce.map_stage('risk',
-	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 1, ARRAY[1])::exactonce.delta])$$);
+	ARRAY[ROW('x', 1, ARRAY['d3', 'b1'], 2, 1, ARRAY[1], NULL)::exactonce.delta])$$);
 SELECT exactonce.reduce_apply('risk');
 SELECT level, desk, book, total, keys, qty_sum, qty_count, fee_sum, fee_count, value_min, value_max, fee_min, fee_max
 FROM risk.aggregates ORDER BY level, desk, book;
 
 SELECT exactonce.create_pipeline('acc', ARRAY['d'], 'accumulate', min_max => ARRAY['value']);
 SELECT pg_temp.err($$SELECT exactonce.map_stage('acc',
-	ARRAY[ROW('x', 1, ARRAY['a'], -2, -1, NULL)::exactonce.delta])$$);
+	ARRAY[ROW('x', 1, ARRAY['a'], -2, -1, NULL, NULL)::exactonce.delta])$$);
 SELECT exactonce.drop_pipeline('acc');
+
+-- distinct counts: counterparties per cell; a value leaves a cell's count
+-- only when no other key of the cell has it
+SELECT exactonce.create_pipeline('cp', ARRAY['desk', 'book'], distinct_counts => ARRAY['counterparty']);
+SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
+WHERE attrelid IN ('cp.ingest'::regclass, 'cp.aggregates'::regclass) AND attname LIKE 'counterparty%'
+ORDER BY attrelid::regclass::text, attnum;
+INSERT INTO cp.ingest (key, version, value, desk, book, counterparty) VALUES
+	('a', 1, 10, 'd1', 'b1', 'X'), ('b', 1, 20, 'd1', 'b2', 'X'),
+	('c', 1, -3, 'd2', 'b1', 'Y'), ('d', 1, 5, 'd1', 'b1', NULL);
+SELECT exactonce.flush('cp');
+SELECT level, desk, book, keys, counterparty_distinct FROM cp.aggregates ORDER BY level, desk, book;
+-- a moves to Z, b is deleted (X leaves d1), d joins d2 with Y (still one)
+INSERT INTO cp.ingest (key, version, value, desk, book, counterparty, deleted) VALUES
+	('a', 2, 10, 'd1', 'b1', 'Z', false), ('b', 2, 20, 'd1', 'b2', 'X', true),
+	('d', 2, 5, 'd2', 'b1', 'Y', false);
+SELECT exactonce.flush('cp');
+SELECT level, desk, book, keys, counterparty_distinct FROM cp.aggregates ORDER BY level, desk, book;
+SELECT cell, col, value, n FROM cp.distincts ORDER BY cell, col, value;
+CREATE TEMP TABLE cpev (key text, version bigint, value numeric, desk text, book text,
+	counterparty text);
+SELECT key, keys, distincts
+FROM exactonce.state_upsert('cp', ARRAY[ROW('a', 3, 10, 'd1', 'b1', NULL)::cpev]) ORDER BY keys;
+DROP TABLE cpev;
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['d'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['c', 'c'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['key'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['c_distinct'], distinct_counts => ARRAY['c'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['c'],
+	distinct_counts => ARRAY['c'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'],
+	distinct_counts => ARRAY(SELECT 'c' || i FROM generate_series(1, 9) i))$$);
+SELECT exactonce.drop_pipeline('cp', force => true);
 
 -- bad declarations
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures => ARRAY['value'])$$);

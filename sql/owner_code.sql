@@ -77,7 +77,7 @@ SELECT exactonce.pause('planted');
 SELECT exactonce.resume('planted');
 SELECT exactonce.set_shards('planted', 3);
 SELECT count(*) FROM exactonce.state_upsert('planted', ARRAY[('b', 1, 2, 'y')::ev]);
-SELECT exactonce.map_stage('planted', ARRAY[('b', 1, ARRAY['y'], 2, 1, NULL)::exactonce.delta], 'src', 1) IS NOT NULL AS staged;
+SELECT exactonce.map_stage('planted', ARRAY[('b', 1, ARRAY['y'], 2, 1, NULL, NULL)::exactonce.delta], 'src', 1) IS NOT NULL AS staged;
 SELECT exactonce.reduce_apply('planted');
 SELECT exactonce.release('planted', 'src', 1);
 SELECT exactonce.ingest('planted', 'log', ARRAY[('c', 1, 3, 'z')::ev], ARRAY[1]::bigint[]);

@@ -44,9 +44,9 @@ typedef struct Delta
 	Numeric    *measures;		/* change of each measure's sum, NULL where
 								 * the version has none; its count changes by
 								 * "keys" where it is not NULL */
-	Datum	   *distincts;		/* text entering (keys 1) or leaving (keys
-								 * -1) the cell, one per distinct_counts
-								 * column, 0 where none */
+	Datum	   *distincts;		/* text entering (keys 1) or leaving (keys -1)
+								 * the cell, one per distinct_counts column, 0
+								 * where none */
 } Delta;
 
 /* What the state stage did with a batch. */

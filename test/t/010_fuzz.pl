@@ -96,10 +96,11 @@ SELECT CASE t
 		$q$ARRAY[(SELECT r FROM (SELECT 1 AS x) r)::record, (SELECT r FROM (SELECT 'k'::text AS key) r)::record]$q$,
 		$q$ARRAY[1, 2]$q$, $q$ARRAY[[('k', 1, 1, 'a', 'b')::fz_ev]]$q$]
 	WHEN 'exactonce.delta[]'::regtype THEN ARRAY['NULL::exactonce.delta[]', $q$'{}'::exactonce.delta[]$q$,
-		'ARRAY[NULL::exactonce.delta]', $q$ARRAY[('k', 1, '{a,b}', 1, 1, NULL)::exactonce.delta]$q$,
-		$q$ARRAY[('k', 1, '{a}', 'NaN', -1, NULL)::exactonce.delta]$q$, $q$ARRAY[('k', 1, NULL, 1, 1, NULL)::exactonce.delta]$q$,
-		$q$ARRAY[('k', 1, '{a,b,c}', 1e-999, 9223372036854775807, NULL)::exactonce.delta]$q$,
-		$q$ARRAY[('k', 1, '{a}', 1, 1, '{NaN,1}')::exactonce.delta]$q$]
+		'ARRAY[NULL::exactonce.delta]', $q$ARRAY[('k', 1, '{a,b}', 1, 1, NULL, NULL)::exactonce.delta]$q$,
+		$q$ARRAY[('k', 1, '{a}', 'NaN', -1, NULL, NULL)::exactonce.delta]$q$, $q$ARRAY[('k', 1, NULL, 1, 1, NULL, NULL)::exactonce.delta]$q$,
+		$q$ARRAY[('k', 1, '{a,b,c}', 1e-999, 9223372036854775807, NULL, NULL)::exactonce.delta]$q$,
+		$q$ARRAY[('k', 1, '{a}', 1, 1, '{NaN,1}', NULL)::exactonce.delta]$q$,
+		$q$ARRAY[('k', 1, '{a}', 1, 1, NULL, '{x}')::exactonce.delta]$q$]
 	WHEN 'interval'::regtype THEN ARRAY['NULL::interval', $q$'0'::interval$q$, $q$'-1 day'::interval$q$, $q$'1000 years'::interval$q$]
 	WHEN 'regclass'::regtype THEN ARRAY['NULL::regclass', $q$'fz_latest.ingest'::regclass$q$,
 		$q$'fz_latest.state'::regclass$q$, $q$'pg_class'::regclass$q$]
