@@ -31,8 +31,9 @@
 #      pipeline has taken every event and staged none, polled every 50 ms);
 #   3b. the cost of richer aggregates: the same worker drain into a pipeline
 #      with two measures (qty on every event, fee on two in three; their sums,
-#      counts and averages), then with min and max of value and fee as well
-#      (--no-aggregates skips both);
+#      counts and averages), then with min and max of value and fee as well,
+#      then with the two measures and a distinct count of 1,000 counterparties
+#      (--no-aggregates skips the three);
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
@@ -300,6 +301,7 @@ label() {
 	eo_flush) echo "exactonce flush()" ;;
 	eo_measures) echo "worker drain, 2 measures" ;;
 	eo_minmax) echo "worker drain, + min/max" ;;
+	eo_distinct) echo "worker drain, + distinct" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
 	sus_target) echo "sustained, $(th "$TARGET_RATE")/s offered" ;;
 	sus_max) echo "sustained, max rate" ;;
@@ -635,21 +637,28 @@ log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 5
 
 # ---------------------------------------------------------------- 3b. richer aggregates
 
-# aggregates_run RUN MIN_MAX: section 3's worker drain into a pipeline with
-# measures qty = |value| and fee = value / 4 but none for every third
-# version, and min and max of those MIN_MAX names (a SQL text[]); the queue
-# is loaded from the event file through bench.events.  Exact when the
-# aggregates, measures, mins and maxes equal those of the producer's truth.
+# aggregates_run RUN MIN_MAX [DISTINCT]: section 3's worker drain into a
+# pipeline with measures qty = |value| and fee = value / 4 but none for
+# every third version, min and max of those MIN_MAX names (a SQL text[]),
+# and with DISTINCT a distinct count of counterparty, one of 1,000 taken
+# from the trade and the version; the queue is loaded from the event file
+# through bench.events.  Exact when the aggregates, measures, mins, maxes and
+# distinct counts equal those of the producer's truth.
+CPTY="'cp' || abs(hashtext(key || version)) % 1000"
 aggregates_run() {
-	local run=$1 min_max=$2 measured
+	local run=$1 min_max=$2 distinct=${3:-} measured dc="'{}'" dcols="" dtruth=""
+	if [ -n "$distinct" ]; then
+		dc="ARRAY['counterparty']"; dcols=", counterparty_distinct"; dtruth=", count(DISTINCT ${CPTY//\'/\'\'})"
+	fi
 	sql >/dev/null <<SQL
 SET client_min_messages = warning;
 SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
 SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS,
-	measures => ARRAY['qty', 'fee'], min_max => $min_max);
+	measures => ARRAY['qty', 'fee'], min_max => $min_max, distinct_counts => $dc);
 SELECT exactonce.pause('$PIPE');
-INSERT INTO $PIPE.ingest ($COLS, qty, fee)
-SELECT $COLS, abs(value), CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END FROM bench.events;
+INSERT INTO $PIPE.ingest ($COLS, qty, fee$([ -z "$distinct" ] || echo ", counterparty"))
+SELECT $COLS, abs(value), CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END$(
+	[ -z "$distinct" ] || echo ", $CPTY") FROM bench.events;
 CHECKPOINT;
 SQL
 	WPID=$(worker_pids)
@@ -666,7 +675,7 @@ SQL
 	measured=$(sql <<SQL
 SELECT bench.diff(
 	'(SELECT level, risk_type, region, trade_desk, qty_sum, qty_count, qty_avg, fee_sum, fee_count, fee_avg$(
-		[ "$min_max" = "'{}'" ] || echo ", value_min, value_max, fee_min, fee_max") FROM $PIPE.aggregates) a',
+		[ "$min_max" = "'{}'" ] || echo ", value_min, value_max, fee_min, fee_max")$dcols FROM $PIPE.aggregates) a',
 	'(SELECT 3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)), risk_type, region, trade_desk,
 	         sum(abs(value)), count(*), trim_scale(sum(abs(value))) / nullif(count(abs(value)), 0),
 	         coalesce(sum(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END), 0),
@@ -674,7 +683,7 @@ SELECT bench.diff(
 	         trim_scale(sum(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END)) / nullif(count(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END), 0)$(
 		[ "$min_max" = "'{}'" ] || echo ", min(value), max(value),
 	         min(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END),
-	         max(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END)")
+	         max(CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END)")$dtruth
 	  FROM bench.truth_state WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)) t')
 SQL
 )
@@ -693,6 +702,7 @@ COPY bench.events ($COLS) FROM '$EV';
 SQL
 	aggregates_run eo_measures "'{}'"
 	aggregates_run eo_minmax "ARRAY['value', 'fee']"
+	aggregates_run eo_distinct "'{}'" distinct
 	sql -c "DROP TABLE bench.events" >/dev/null
 fi
 
@@ -1064,7 +1074,7 @@ say "  exactonce worker drain / COPY        $r_copy   target >= 0.25 (stretch 0.
 say "  exactonce worker drain / naive tuned $r_naive   target >= 2: $(met "$r_naive" 2)"
 say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / naive tuned $(ratio eo_flush naive_tuned)"
 [ "$AGGREGATES" = 0 ] ||
-	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers)"
+	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
 	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"

@@ -6,9 +6,10 @@
 # aggregates must then equal the oracle computed from the generated events
 # (table truth), the accounting identity must hold, and the queue and
 # ledger must be empty.  A second pipeline takes the same stream with two
-# measures, one of them often missing, and keeps min and max of value and
-# of that measure, which tombstones and moves retract: its sums, counts,
-# averages, mins and maxes must equal the oracle too.
+# measures, one of them often missing, keeps min and max of value and of
+# that measure, which tombstones and moves retract, and counts the distinct
+# counterparties per cell: its sums, counts, averages, mins, maxes and
+# distinct counts must equal the oracle too.
 #
 # Sized for CI by default; bash test/resilience.sh runs it at full scale.
 # The environment sizes it:
@@ -61,10 +62,12 @@ SELECT 't' || t, v, round((hashint8(t * 8 + v) % 2000000)::numeric / 100, 2),
        v > 0 AND abs(hashint8(t * 31 + v)) % 20 = 0
 FROM generate_series(1, $trades) t, generate_series(0, 4) v;
 SELECT exactonce.create_pipeline('measured', ARRAY['risk_type', 'region', 'trade_desk'],
-	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee']);
+	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'],
+	distinct_counts => ARRAY['cpty']);
 CREATE TABLE truth_measured AS
 SELECT t.*, (abs(hashint8(v.h)) % 1000)::numeric / 10 AS qty,
-       CASE WHEN v.h % 3 = 0 THEN NULL ELSE (abs(hashint8(v.h * 7)) % 50)::numeric / 4 END AS fee
+       CASE WHEN v.h % 3 = 0 THEN NULL ELSE (abs(hashint8(v.h * 7)) % 50)::numeric / 4 END AS fee,
+       CASE WHEN v.h % 7 = 0 THEN NULL ELSE 'cp' || abs(hashint8(v.h * 3)) % 60 END AS cpty
 FROM truth t, LATERAL (SELECT hashtext(t.key)::bigint * 16 + t.version AS h) v;
 SELECT setseed(0.3);
 CREATE TABLE stream AS
@@ -74,7 +77,7 @@ FROM (SELECT *, random() AS r
             SELECT * FROM truth_measured WHERE random() < 0.1) c) s;
 COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted
       FROM stream ORDER BY n) TO '$work/stream.tsv';
-COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted, qty, fee
+COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted, qty, fee, cpty
       FROM stream ORDER BY n) TO '$work/stream_measured.tsv';
 DROP TABLE stream;
 });
@@ -155,7 +158,7 @@ for my $i (1 .. $chunks)
 	close $out;
 	close $out_measured;
 	last unless send_chunk($file, 'trades', '');
-	last unless send_chunk($file_measured, 'measured', ', qty, fee');
+	last unless send_chunk($file_measured, 'measured', ', qty, fee, cpty');
 	$loaded_chunks++;
 
 	my ($rc, $rows) = $node->psql($db, 'SELECT count(*) FROM trades.ledger');
@@ -227,14 +230,16 @@ oracle AS (
 		sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum,
 		count(qty) AS qty_count, trim_scale(sum(qty)) / nullif(count(qty), 0) AS qty_avg, coalesce(sum(fee), 0) AS fee_sum,
 		count(fee) AS fee_count, trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg, min(value) AS value_min,
-		max(value) AS value_max, min(fee) AS fee_min, max(fee) AS fee_max
+		max(value) AS value_max, min(fee) AS fee_min, max(fee) AS fee_max,
+		count(DISTINCT cpty) AS cpty_distinct
 	FROM latest WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
 agg AS (SELECT risk_type, region, trade_desk, level, total, keys, qty_sum, qty_count, qty_avg,
-		fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max FROM measured.aggregates)
+		fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max, cpty_distinct
+		FROM measured.aggregates)
 SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
 	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
 	'0',
-	'measures, averages, mins and maxes of the second pipeline equal the oracle');
+	'measures, averages, mins, maxes and distinct counts of the second pipeline equal the oracle');
 is( $node->safe_psql(
 		$db,
 		"SELECT bool_and(ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= $sent) FROM exactonce.pipelines WHERE name IN ('trades', 'measured')"
