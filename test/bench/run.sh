@@ -640,11 +640,11 @@ log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 5
 # aggregates_run RUN MIN_MAX [DISTINCT]: section 3's worker drain into a
 # pipeline with measures qty = |value| and fee = value / 4 but none for
 # every third version, min and max of those MIN_MAX names (a SQL text[]),
-# and with DISTINCT a distinct count of counterparty, one of 1,000 taken
-# from the trade and the version; the queue is loaded from the event file
+# and with DISTINCT a distinct count of counterparty, one of 1,000 per
+# trade (a trade keeps its counterparty); the queue is loaded from the event file
 # through bench.events.  Exact when the aggregates, measures, mins, maxes and
 # distinct counts equal those of the producer's truth.
-CPTY="'cp' || abs(hashtext(key || version)) % 1000"
+CPTY="'cp' || abs(hashtext(key)) % 1000"
 aggregates_run() {
 	local run=$1 min_max=$2 distinct=${3:-} measured dc="'{}'" dcols="" dtruth=""
 	if [ -n "$distinct" ]; then
