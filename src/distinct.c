@@ -5,20 +5,21 @@
  *
  * A newer version or a tombstone takes a key's old value out of its cells,
  * and a value leaves a cell's distinct count only when no other
- * contribution of the cell has it.  Table distincts keeps, for each cell at
- * every level and each distinct_counts column, every value the cell's
- * contributions have and how many have it; the cell's count is the number
- * of those values.
+ * contribution of the cell has it; nor is a cell's count the sum of its
+ * children's, which may share values.  Table distincts keeps, for each
+ * cell at every level and each distinct_counts column, every value the
+ * cell has, with n: at the leaves, how many contributions have it; above,
+ * how many children have it.  A cell's count is the number of its values.
  *
  * It goes through the stages as the sums do: map turns a batch's deltas
- * into changes of leaf-cell value counts (a delta of keys +1 or -1 adds or
+ * into changes of leaf value counts (a delta of keys +1 or -1 adds or
  * takes one contribution of its value), staged with the batch under its
- * token; reduce rolls the staged changes up to every level and applies them
- * with one upsert, before the aggregates upsert: a value that appears adds
- * one to its cell's count, a value whose count falls to 0 is deleted and
- * takes one away.  The cost is an upsert per distinct (cell, value) a batch
- * changes, at every level: batches pre-aggregate the changes, so it grows
- * with the values a batch touches, not with its events.
+ * token.  Reduce applies them, before the aggregates upsert, level by
+ * level from the leaves, one upsert per level: a value that appears in a
+ * cell adds one to the cell's count and to the parent's n of the value, a
+ * value whose n falls to 0 is deleted and takes one away from both.  Only
+ * values that appear in or leave a cell go up a level, so the cost is an
+ * upsert per (leaf, value) a batch changes, and few above.
  *
  *-------------------------------------------------------------------------
  */
@@ -151,13 +152,10 @@ DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols)
 
 /*
  * DistinctMergeStaged adds the leaf members of one staged batch (columns
- * first.. of a ledger row: cells, columns, values, counts) to members at
- * every level of the rollup, and their cells to cells, to be written with
- * the change of their counts.
+ * first.. of a ledger row: cells, columns, values, counts) to members.
  */
 void
-DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB *members,
-					HTAB *cells)
+DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB *members)
 {
 	bool		isnull;
 	Datum	   *cellv,
@@ -170,11 +168,9 @@ DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB 
 				ncols,
 				ncounts;
 	Datum		d = SPI_getbinval(tup, desc, first, &isnull);
-	CellChange	none = {0};
 
 	if (isnull)
 		return;
-	none.total = int64_to_numeric(0);
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 1, &isnull)),
 					  INT4OID, 4, true, TYPALIGN_INT, &colv, NULL, &ncols);
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 2, &isnull)),
@@ -191,12 +187,8 @@ DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB 
 		CHECK_FOR_INTERRUPTS();
 		if (col < 0 || col >= p->ndistinct || valuenulls[i])
 			elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
-		for (int level = 0; level <= p->ndims; level++)
-		{
-			MemberAdd(members, level, &cellv[i * p->ndims], col, values[i],
-					  DatumGetInt64(counts[i]));
-			CellTableAdd(cells, p, level, &cellv[i * p->ndims], &none);
-		}
+		MemberAdd(members, p->ndims, &cellv[i * p->ndims], col, values[i],
+				  DatumGetInt64(counts[i]));
 	}
 }
 
@@ -225,7 +217,7 @@ BuildDistinctUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", d%d", i);
 	appendStringInfoString(&sql, ", col, value, n)"
 						   " ON CONFLICT (cell, col, value) DO UPDATE SET n = e.n + excluded.n"
-						   " RETURNING e.ctid, e.n, e.xmax = 0, e.cell, e.col");
+						   " RETURNING e.ctid, e.n, e.xmax = 0, e.cell, e.col, e.value");
 	return sql.data;
 }
 
@@ -239,12 +231,13 @@ BuildDistinctDelete(Pipeline *p)
 }
 
 /*
- * DistinctApply applies the changes of members to table distincts and adds
- * the change of each cell's distinct counts to its entry in cells, before
- * the aggregates upsert writes them.
+ * ApplyLevel applies the changes of members, all of one level, to table
+ * distincts, adds the change of each cell's distinct counts to its entry in
+ * cells, and returns the changes it makes to the level above: one child
+ * more or less that has a value.
  */
-void
-DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
+static HTAB *
+ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 {
 	MemberColumns mc;
 	Datum		values[EXACTONCE_MAX_DIMENSIONS + 4];
@@ -255,10 +248,14 @@ DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
 	ItemPointer gone;
 	Datum	   *goned;
 	int			ngone = 0;
+	HTAB	   *above = level > 0 ? DistinctTableCreate() : NULL;
+	CellChange	none = {0};
+	SPITupleTable *rows;
 
 	DistinctColumnsOf(p, members, &mc);
 	if (mc.nmembers == 0)
-		return;
+		return above;
+	none.total = int64_to_numeric(0);
 	deconstruct_array(DatumGetArrayTypeP(mc.cols), INT4OID, 4, true, TYPALIGN_INT,
 					  &colv, NULL, &n);
 	names = palloc(sizeof(Datum) * n);
@@ -280,20 +277,21 @@ DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
 	StatementExec(StatementPrepare(p, BuildDistinctUpsert, p->ndims + 4, types),
 				  values, NULL, n);
 
+	rows = SPI_tuptable;
 	gone = palloc(sizeof(ItemPointerData) * n);
 	goned = palloc(sizeof(Datum) * n);
-	for (uint64 r = 0; r < SPI_processed; r++)
+	for (uint64 r = 0; r < rows->numvals; r++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = rows->vals[r];
+		TupleDesc	desc = rows->tupdesc;
 		bool		isnull;
 		int64		count = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		bool		inserted = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
 		Datum	   *cellv;
-		int			level;
-		char	   *col = TextDatumGetCString(SPI_getbinval(tup, desc, 5, &isnull));
+		int			len;
+		char	   *col;
 		int			j = 0;
-		Cell	   *cell;
+		int			flip;
 
 		CHECK_FOR_INTERRUPTS();
 		/* as for the aggregates (reduce.c): only batches out of order */
@@ -306,23 +304,35 @@ DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
 					 errhint("Apply tokens in the order they were staged, or all staged batches at once: exactonce.reduce_apply(pipeline).")));
 		if (!inserted && count != 0)
 			continue;
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
-						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, NULL, &level);
+
+		/* a value that appears counts one more, one that goes one less */
+		flip = inserted ? 1 : -1;
+		col = TextDatumGetCString(SPI_getbinval(tup, desc, 5, &isnull));
 		while (j < p->ndistinct && strcmp(p->distincts[j], col) != 0)
 			j++;
-		cell = CellTableFind(cells, level, cellv);
-		if (cell == NULL || j == p->ndistinct)
-			elog(ERROR, "distinct values of pipeline \"%s\" changed in a cell reduce was not given",
+		if (j == p->ndistinct)
+			elog(ERROR, "table distincts of pipeline \"%s\" names an unknown column \"%s\"",
+				 p->name, col);
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
+						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, NULL, &len);
+		if (len != level)
+			elog(ERROR, "table distincts of pipeline \"%s\" returned a cell of another level",
 				 p->name);
-		/* a value that appears counts one more, one that goes one less */
-		cell->change.distinct[j] += inserted ? 1 : -1;
+		/* kept in cells and members after the rows are freed */
+		for (int i = 0; i < len; i++)
+			cellv[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(cellv[i]));
+		CellTableAdd(cells, p, level, cellv, &none)->change.distinct[j] += flip;
+		if (above)
+			MemberAdd(above, level - 1, cellv, j,
+					  PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 6, &isnull))),
+					  flip);
 		if (inserted)
 			continue;
 		gone[ngone] = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
 		goned[ngone] = PointerGetDatum(&gone[ngone]);
 		ngone++;
 	}
-	SPI_freetuptable(SPI_tuptable);
+	SPI_freetuptable(rows);
 	if (ngone > 0)
 	{
 		Oid			deltype[1] = {TIDARRAYOID};
@@ -332,4 +342,17 @@ DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
 													sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 		StatementExec(StatementPrepare(p, BuildDistinctDelete, 1, deltype), delval, NULL, ngone);
 	}
+	return above;
+}
+
+/*
+ * DistinctApply applies the changes of leaf members to table distincts,
+ * level by level up, and adds the change of each cell's distinct counts to
+ * its entry in cells, before the aggregates upsert writes them.
+ */
+void
+DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
+{
+	for (int level = p->ndims; members != NULL; level--)
+		members = ApplyLevel(p, members, cells, level);
 }

@@ -42,7 +42,7 @@ extern HTAB *DistinctTableCreate(void);
 extern void DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members);
 extern void DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols);
 extern void DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first,
-								HTAB *members, HTAB *cells);
+								HTAB *members);
 extern void DistinctApply(Pipeline *p, HTAB *members, HTAB *cells);
 
 #endif							/* EXACTONCE_DISTINCT_H */

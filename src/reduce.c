@@ -180,7 +180,7 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 			CellTableAdd(cells, p, DatumGetInt32(levels[c]), &cellv[c * p->ndims], &change);
 		}
 		if (members)
-			DistinctMergeStaged(p, tup, desc, 9, members, cells);
+			DistinctMergeStaged(p, tup, desc, 9, members);
 	}
 	*ntokens = (int) n;
 	return tokens;

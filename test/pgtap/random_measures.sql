@@ -19,7 +19,7 @@
 -- Everything happens in one transaction that is rolled back.
 
 BEGIN;
-SELECT plan(40);
+SELECT plan(41);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_measures', ARRAY['book', 'desk'], 'latest',
@@ -155,14 +155,18 @@ SELECT is((SELECT count(*) FROM pg_indexes WHERE schemaname = 'tap_measures' AND
 	1::bigint, 'latest: index state_cell on the dimensions of state');
 SELECT is((SELECT count(*) FROM pg_indexes WHERE schemaname = 'tap_measures_acc' AND indexname = 'state_cell'),
 	0::bigint, 'accumulate: no index state_cell');
--- distincts keeps no value without contributions, and the grand total's
--- values are the distinct counterparties of the live keys
+-- distincts keeps no value without contributions; a leaf's n counts its
+-- keys with the value, a cell above's the children that have it
 SELECT is((SELECT count(*) FROM tap_measures.distincts WHERE n <= 0), 0::bigint,
 	'distincts: no value without contributions is kept');
 SELECT is((SELECT sum(n)::bigint FROM tap_measures.distincts WHERE cell = '{}'),
-	(SELECT count(cpty) FROM (SELECT DISTINCT ON (key) * FROM produced ORDER BY key, version DESC) l
-	 WHERE NOT deleted),
-	'distincts: the grand total''s values count the live keys that have a counterparty');
+	(SELECT count(DISTINCT (book, cpty)) FROM (SELECT DISTINCT ON (key) * FROM produced
+	 ORDER BY key, version DESC) l WHERE NOT deleted AND cpty IS NOT NULL),
+	'distincts: each value of the grand total counts the books that have it');
+SELECT is((SELECT sum(n)::bigint FROM tap_measures.distincts WHERE cardinality(cell) = 2),
+	(SELECT count(cpty) FROM (SELECT DISTINCT ON (key) * FROM produced
+	 ORDER BY key, version DESC) l WHERE NOT deleted),
+	'distincts: each value of a leaf counts its live keys that have it');
 
 SELECT results_eq(
 	$$SELECT ingested, applied + duplicates + stale + dead_lettered FROM exactonce.pipelines
