@@ -72,6 +72,9 @@ EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
 		const char *name = EventColumn(p, i, &type);
 
 		attnums[i] = 0;
+		/* computed from event_time, whatever the row says */
+		if (p->windowed && i == EV_DIM0)
+			continue;
 		for (int a = 0; a < desc->natts; a++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, a);
@@ -107,7 +110,8 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	ev->distincts = p->ndistinct > 0 ? palloc0(sizeof(Datum) * p->ndistinct) : NULL;
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
-		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p);
+		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p) ||
+		(p->windowed && i == EV_DIM0);
 
 		if (attnums[i] == 0)
 		{
@@ -153,6 +157,10 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 		ev->deleted = false;
 	if (attnums[EV_TIME] == 0)
 		ev->event_time = GetCurrentTimestamp();
+	/* a time that is in no window is refused in the state stage */
+	if (p->windowed)
+		ev->dims[0] = TIMESTAMP_NOT_FINITE(ev->event_time) ? CStringGetTextDatum("") :
+			PipelineWindowStart(p, ev->event_time);
 	return NULL;
 }
 
@@ -246,7 +254,7 @@ void
 EventAppendColumns(StringInfo sql, Pipeline *p)
 {
 	appendStringInfoString(sql, "key, version, value");
-	for (int i = 0; i < p->ndims; i++)
+	for (int i = PIPELINE_FIRST_INPUT_DIM(p); i < p->ndims; i++)
 		appendStringInfo(sql, ", %s", quote_identifier(p->dims[i]));
 	appendStringInfoString(sql, ", deleted, event_time");
 	for (int i = 0; i < p->nmeasures; i++)
@@ -265,7 +273,7 @@ EventAppendUnnest(StringInfo sql, Pipeline *p, int extra)
 	int			arg = 4;
 
 	appendStringInfoString(sql, "unnest($1::text[], $2::int8[], $3::numeric[]");
-	for (int i = 0; i < p->ndims; i++)
+	for (int i = PIPELINE_FIRST_INPUT_DIM(p); i < p->ndims; i++)
 		appendStringInfo(sql, ", $%d::text[]", arg++);
 	appendStringInfo(sql, ", $%d::bool[], $%d::timestamptz[]", arg, arg + 1);
 	arg += 2;
@@ -280,7 +288,8 @@ EventAppendUnnest(StringInfo sql, Pipeline *p, int extra)
 
 /*
  * EventArrays fills values and types with one array parameter per event
- * column (EV_NATTS(p) of them), in the order of EventAppendColumns.
+ * column but a window's start (EV_NPARAMS(p) of them), in the order of
+ * EventAppendColumns.
  */
 void
 EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
@@ -339,6 +348,11 @@ EventArrays(Pipeline *p, Event **events, int n, Datum *values, Oid *types)
 		values[5 + p->ndims + p->nmeasures + i] = StatementTextArray(texts, nulls, n);
 		types[5 + p->ndims + p->nmeasures + i] = TEXTARRAYOID;
 	}
+	if (p->windowed)
+	{
+		memmove(&values[3], &values[4], sizeof(Datum) * (EV_NATTS(p) - 4));
+		memmove(&types[3], &types[4], sizeof(Oid) * (EV_NATTS(p) - 4));
+	}
 }
 
 /*
@@ -378,8 +392,8 @@ EventDeadLetters(Pipeline *p, DeadLetter *dl, int n)
 		reasons[j] = CStringGetTextDatum(dl[j].reason);
 	}
 	EventArrays(p, events, n, values, types);
-	values[EV_NATTS(p)] = StatementTextArray(reasons, NULL, n);
-	types[EV_NATTS(p)] = TEXTARRAYOID;
-	StatementExec(StatementPrepare(p, BuildDeadLetter, EV_NATTS(p) + 1, types),
+	values[EV_NPARAMS(p)] = StatementTextArray(reasons, NULL, n);
+	types[EV_NPARAMS(p)] = TEXTARRAYOID;
+	StatementExec(StatementPrepare(p, BuildDeadLetter, EV_NPARAMS(p) + 1, types),
 				  values, NULL, n);
 }

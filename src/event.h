@@ -76,6 +76,8 @@ typedef struct DeadLetter
 #define EV_MEAS0(p)	(EV_DIM0 + (p)->ndims)
 #define EV_DIST0(p)	(EV_MEAS0(p) + (p)->nmeasures)
 #define EV_NATTS(p)	(EV_DIST0(p) + (p)->ndistinct)
+/* the parameters EventArrays fills: a window's start is not among them */
+#define EV_NPARAMS(p)	(EV_NATTS(p) - PIPELINE_FIRST_INPUT_DIM(p))
 #define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES + \
 						 EXACTONCE_MAX_DISTINCT)
 

@@ -310,7 +310,7 @@ QueueInsert(Pipeline *p, Event *events, int n)
 	for (int j = 0; j < n; j++)
 		ptrs[j] = &events[j];
 	EventArrays(p, ptrs, n, values, types);
-	StatementExec(StatementPrepare(p, BuildQueueInsert, EV_NATTS(p), types),
+	StatementExec(StatementPrepare(p, BuildQueueInsert, EV_NPARAMS(p), types),
 				  values, NULL, n);
 }
 

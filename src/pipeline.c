@@ -35,8 +35,10 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/datetime.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "drain.h"
 #include "pipeline.h"
@@ -327,6 +329,101 @@ PipelineExtremumName(Pipeline *p, int slot)
 }
 
 /*
+ * IntervalMicros turns an interval of days and time into microseconds; a
+ * month has no fixed length, so an interval with months is an error.
+ */
+static int64
+IntervalMicros(const char *what, Interval *iv)
+{
+	if (iv->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be given in months or years", what),
+				 errhint("Give it in days, hours, minutes or seconds, for example '30 days' or '5 minutes'.")));
+	return iv->time + iv->day * USECS_PER_DAY;
+}
+
+/*
+ * PipelineWindowStartTime returns the start of the window that holds t.
+ * Windows are aligned on 1970-01-01 00:00 UTC.
+ */
+TimestampTz
+PipelineWindowStartTime(Pipeline *p, TimestampTz t)
+{
+	const int64 epoch = -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE)) * USECS_PER_DAY;
+	int64		since = t - epoch;
+
+	Assert(p->windowed && !TIMESTAMP_NOT_FINITE(t));
+	return epoch + since - ((since % p->window_us) + p->window_us) % p->window_us;
+}
+
+/*
+ * PipelineWindowStart returns the start of the window that holds t, as the
+ * text of window_start: ISO 8601 in UTC ("2024-05-01T10:05:00Z", with
+ * microseconds when they are not 0), which sorts as the times do and reads
+ * back as the same timestamptz whatever the session's settings.  Windows
+ * are aligned on 1970-01-01 00:00 UTC.
+ */
+Datum
+PipelineWindowStart(Pipeline *p, TimestampTz t)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	char		buf[64];
+
+	if (timestamp2tm(PipelineWindowStartTime(p, t), NULL, &tm, &fsec, NULL, NULL) != 0)
+		elog(ERROR, "window start out of range");
+	if (fsec != 0)
+		snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year, tm.tm_mon,
+				 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
+	else
+		snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year, tm.tm_mon,
+				 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	return CStringGetTextDatum(buf);
+}
+
+/*
+ * CheckWindow validates the window of a new pipeline: a width of more than
+ * 0 and a lateness of 0 or more, both without months, in accumulate mode.
+ */
+static void
+CheckWindow(Pipeline *def, Interval *width, Interval *lateness)
+{
+	def->window_us = IntervalMicros("window_width", width);
+	def->lateness_us = IntervalMicros("allowed_lateness", lateness);
+	if (def->window_us <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("window_width must be more than 0")));
+	if (def->lateness_us < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("allowed_lateness must not be negative")));
+	if (def->mode != PIPELINE_ACCUMULATE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("event-time windows need mode 'accumulate'"),
+				 errdetail("In latest mode a newer version would move a key out of a window that is final."),
+				 errhint("Create the pipeline with mode => 'accumulate', or without window_width.")));
+	if (def->ndims >= EXACTONCE_MAX_DIMENSIONS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline with windows can have at most %d dimensions",
+						EXACTONCE_MAX_DIMENSIONS - 1)));
+	for (int i = 0; i < def->ndims; i++)
+		if (strcmp(def->dims[i], PIPELINE_WINDOW_DIM) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_RESERVED_NAME),
+					 errmsg("dimension name \"%s\" is reserved in a pipeline with windows", def->dims[i]),
+					 errhint("The window is the first dimension of the rollup, window_start.")));
+	/* the window is the first dimension */
+	memmove(&def->dims[1], &def->dims[0], sizeof(char *) * def->ndims);
+	def->dims[0] = PIPELINE_WINDOW_DIM;
+	def->ndims++;
+	def->windowed = true;
+}
+
+/*
  * ParseMode turns the mode argument into a PipelineMode.
  */
 static PipelineMode
@@ -443,7 +540,8 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " stale bigint NOT NULL DEFAULT 0,"
 					 " dead_lettered bigint NOT NULL DEFAULT 0,"
 					 " batches bigint NOT NULL DEFAULT 0,"
-					 " last_batch_at timestamptz"
+					 " last_batch_at timestamptz,"
+					 " watermark timestamptz"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.progress DEFAULT VALUES;\n"
 					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue rotation and counters of this pipeline (one row)';\n"
@@ -468,7 +566,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	/* ingest: the queue, two partitions that take turns */
 	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
 					 " version bigint NOT NULL, value numeric NOT NULL", s);
-	AppendDims(&sql, dims, ndims, true);
+	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), true);
 	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),"
@@ -550,7 +648,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
-	AppendDims(&sql, dims, ndims, false);
+	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), false);
 	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
 					 " failed_at timestamptz NOT NULL DEFAULT pg_catalog.now());\n"
@@ -584,6 +682,36 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 						 " value text COLLATE \"C\", n bigint NOT NULL, PRIMARY KEY (cell, col, value));\n"
 						 "COMMENT ON TABLE %s.distincts IS 'exactonce: the values of each distinct_counts column in each cell (cell: the values of its dimensions), with how many contributions have it';\n",
 						 s, s);
+	/* windows: the aggregates with their windows' times and finality */
+	if (def->windowed)
+	{
+		appendStringInfo(&sql,
+						 "CREATE VIEW %1$s.windows AS SELECT a.window_start::timestamptz AS window_start,"
+						 " a.window_start::timestamptz + %2$s AS window_end,"
+						 " a.window_start::timestamptz + %2$s + %3$s <= p.watermark AS final",
+						 s, quote_literal_cstr(psprintf(INT64_FORMAT " microseconds", def->window_us)),
+						 quote_literal_cstr(psprintf(INT64_FORMAT " microseconds", def->lateness_us)));
+		for (int i = 1; i < ndims; i++)
+			appendStringInfo(&sql, ", a.%s", quote_identifier(dims[i]));
+		appendStringInfoString(&sql, ", a.level, a.total, a.keys");
+		for (int i = 0; i < def->nmeasures; i++)
+			appendStringInfo(&sql, ", a.%s, a.%s, a.%s",
+							 quote_identifier(psprintf("%s_sum", def->measures[i])),
+							 quote_identifier(psprintf("%s_count", def->measures[i])),
+							 quote_identifier(psprintf("%s_avg", def->measures[i])));
+		for (int slot = 0; slot <= def->nmeasures; slot++)
+			if (def->min_max[slot])
+				appendStringInfo(&sql, ", a.%s, a.%s",
+								 quote_identifier(psprintf("%s_min", PipelineExtremumName(def, slot))),
+								 quote_identifier(psprintf("%s_max", PipelineExtremumName(def, slot))));
+		for (int i = 0; i < def->ndistinct; i++)
+			appendStringInfo(&sql, ", a.%s",
+							 quote_identifier(psprintf("%s_distinct", def->distincts[i])));
+		appendStringInfo(&sql, ", a.updated_at FROM %1$s.aggregates a, %1$s.progress p WHERE a.level >= 1;\n"
+						 "COMMENT ON VIEW %1$s.windows IS 'exactonce: the aggregates of each window (level 1 and below), with its end and whether it is final: its end plus the allowed lateness is at or before the watermark, the start of the latest window that has a reading';\n"
+						 "COMMENT ON COLUMN %1$s.progress.watermark IS 'exactonce: the start of the latest window that has a reading; a reading whose window ends at or before it minus the allowed lateness is too late';\n",
+						 s);
+	}
 	if (def->any_min_max && mode == PIPELINE_LATEST)
 	{
 		appendStringInfo(&sql, "CREATE INDEX state_cell ON %s.state (", s);
@@ -601,14 +729,24 @@ BuildPipelineDDL(Pipeline *def, int nshards)
  * owner: pipeline owners may change their own pipelines, not the registry.
  */
 static void
-RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected)
+RegistryExecNulls(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
+				  int expected)
 {
 	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
 
 	if (plan == NULL)
 		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
-	StatementExecAs(StatementTableOwner("pipeline"), plan, values, NULL, false, expected);
+	StatementExecAs(StatementTableOwner("pipeline"), plan, values, nulls, false, expected);
 	SPI_freeplan(plan);
+}
+
+/*
+ * RegistryExec runs RegistryExecNulls without NULLs.
+ */
+static void
+RegistryExec(const char *sql, int nargs, Oid *types, Datum *values, int expected)
+{
+	RegistryExecNulls(sql, nargs, types, values, NULL, expected);
 }
 
 /*
@@ -724,6 +862,21 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->ndistinct = n;
 	for (int i = 0; i < n; i++)
 		p->distincts[i] = TextDatumGetCString(elems[i]);
+	{
+		Datum		width = SPI_getbinval(tup, desc, 10, &isnull);
+
+		if (!isnull)
+		{
+			bool		lnull;
+			Datum		lateness = SPI_getbinval(tup, desc, 11, &lnull);
+
+			p->windowed = true;
+			p->window_us = IntervalMicros("window_width", DatumGetIntervalP(width));
+			p->lateness_us = lnull ? 0 : IntervalMicros("allowed_lateness", DatumGetIntervalP(lateness));
+			if (p->window_us <= 0 || p->ndims < 1 || strcmp(p->dims[0], PIPELINE_WINDOW_DIM) != 0)
+				elog(ERROR, "pipeline \"%s\" has a malformed window", p->name);
+		}
+	}
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -758,7 +911,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	return p;
 }
 
-#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts"
+#define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts," \
+	" window_width, allowed_lateness"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -909,20 +1063,21 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	Pipeline	def = {0};
 	int			nshards;
 	int			nestlevel;
-	Oid			types[8] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
-	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	Datum		values[8];
+	Oid			types[10] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
+	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID, INTERVALOID};
+	Datum		values[10];
+	char		nulls[11] = "          ";
 
-	if (PG_NARGS() != 7)
+	if (PG_NARGS() != 9)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
-	for (int i = 0; i < 7; i++)
-		if (PG_ARGISNULL(i))
+	for (int i = 0; i < 9; i++)
+		if (PG_ARGISNULL(i) && i != 7)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("name, dimensions, mode, shards, measures, min_max and distinct_counts of a pipeline must not be NULL")));
+					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts and allowed_lateness of a pipeline must not be NULL")));
 	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", def.name);
 	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
@@ -934,6 +1089,8 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	for (int slot = 0; slot <= def.nmeasures; slot++)
 		def.any_min_max |= def.min_max[slot];
 	def.ndistinct = CheckDistincts(PG_GETARG_ARRAYTYPE_P(6), &def);
+	if (!PG_ARGISNULL(7))
+		CheckWindow(&def, PG_GETARG_INTERVAL_P(7), PG_GETARG_INTERVAL_P(8));
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -964,10 +1121,23 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	values[5] = PG_GETARG_DATUM(4);
 	values[6] = PG_GETARG_DATUM(5);
 	values[7] = PG_GETARG_DATUM(6);
-	RegistryExec("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures,"
-				 " min_max, distinct_counts)"
-				 " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8)",
-				 8, types, values, 1);
+	values[8] = PG_ARGISNULL(7) ? (Datum) 0 : PG_GETARG_DATUM(7);
+	values[9] = PG_GETARG_DATUM(8);
+	if (PG_ARGISNULL(7))
+		nulls[8] = nulls[9] = 'n';
+	/* the registry keeps the dimensions of the rollup, the window first */
+	if (def.windowed)
+	{
+		Datum	   *d = palloc(sizeof(Datum) * def.ndims);
+
+		for (int i = 0; i < def.ndims; i++)
+			d[i] = CStringGetTextDatum(def.dims[i]);
+		values[2] = PointerGetDatum(construct_array(d, def.ndims, TEXTOID, -1, false, TYPALIGN_INT));
+	}
+	RegistryExecNulls("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures,"
+					  " min_max, distinct_counts, window_width, allowed_lateness)"
+					  " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8, $9, $10)",
+					  10, types, values, nulls, 1);
 
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

@@ -8,6 +8,7 @@
 #ifndef EXACTONCE_PIPELINE_H
 #define EXACTONCE_PIPELINE_H
 
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 #include "exactonce.h"
@@ -38,6 +39,9 @@ typedef struct Pipeline
 	int			ndistinct;		/* text columns whose distinct values each
 								 * cell counts */
 	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	bool		windowed;		/* dims[0] is window_start, from event_time */
+	int64		window_us;		/* the windows' width */
+	int64		lateness_us;	/* allowed lateness */
 	Oid			owner;
 	Oid			nspid;
 	Oid			ingest;			/* partitioned parent */
@@ -67,5 +71,11 @@ extern int	PipelineShards(int32 id);
 extern void PipelineRequireReadCommitted(const char *what);
 extern Oid	PipelineRelationOwner(Oid relid);
 extern const char *PipelineExtremumName(Pipeline *p, int slot);
+extern TimestampTz PipelineWindowStartTime(Pipeline *p, TimestampTz t);
+extern Datum PipelineWindowStart(Pipeline *p, TimestampTz t);
+
+/* the first dimension an event brings: a window's start is computed */
+#define PIPELINE_FIRST_INPUT_DIM(p)	((p)->windowed ? 1 : 0)
+#define PIPELINE_WINDOW_DIM	"window_start"
 
 #endif							/* EXACTONCE_PIPELINE_H */

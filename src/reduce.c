@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "cell.h"
 #include "distinct.h"
@@ -107,6 +108,16 @@ static const char *
 BuildAggDelete(Pipeline *p)
 {
 	return psprintf("DELETE FROM %s.aggregates WHERE ctid = ANY($1)",
+					quote_identifier(p->name));
+}
+
+/*
+ * BuildAdvanceWatermark: move the watermark forward, never back.
+ */
+static const char *
+BuildAdvanceWatermark(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET watermark = greatest(watermark, $1)",
 					quote_identifier(p->name));
 }
 
@@ -285,6 +296,38 @@ ApplyCells(Pipeline *p, HTAB *cells)
 }
 
 /*
+ * AdvanceWatermark moves the watermark of a pipeline with windows to the
+ * start of the latest window the applied batches have a reading in.
+ */
+static void
+AdvanceWatermark(Pipeline *p, HTAB *cells)
+{
+	HASH_SEQ_STATUS seq;
+	Cell	   *cell;
+	TimestampTz latest = DT_NOBEGIN;
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		values[1];
+
+	hash_seq_init(&seq, cells);
+	while ((cell = hash_seq_search(&seq)) != NULL)
+	{
+		TimestampTz start;
+
+		if (cell->level == 0 || cell->change.keys <= 0)
+			continue;
+		start = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+														CStringGetDatum(TextDatumGetCString(cell->dims[0])),
+														ObjectIdGetDatum(InvalidOid),
+														Int32GetDatum(-1)));
+		latest = Max(latest, start);
+	}
+	if (latest == DT_NOBEGIN)
+		return;
+	values[0] = TimestampTzGetDatum(latest);
+	StatementExec(StatementPrepare(p, BuildAdvanceWatermark, 1, types), values, NULL, 1);
+}
+
+/*
  * ReduceApply applies the staged batches of a pipeline, or those among
  * tokens (a bytea[]) when have_tokens, and returns how many it applied.  The
  * caller holds the pipeline's progress lock.
@@ -306,6 +349,8 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 		/* the distinct counts' changes go into the aggregates upsert */
 		if (members)
 			DistinctApply(p, members, cells);
+		if (p->windowed)
+			AdvanceWatermark(p, cells);
 		ApplyCells(p, cells);
 		LedgerMarkApplied(p, applied, napplied);
 	}

@@ -89,6 +89,8 @@ typedef struct StateWork
 {
 	Pipeline   *p;
 	StageCounts *counts;
+	TimestampTz watermark;		/* windows: a reading whose window ends at or
+								 * before this is too late, or DT_NOBEGIN */
 	Delta	   *deltas;
 	int			ndeltas;
 	DeadLetter *dead;
@@ -547,6 +549,44 @@ ApplyLatest(StateWork *w, Event **run, int n)
 }
 
 /*
+ * WindowEnd returns the end of an event's window.
+ */
+static TimestampTz
+WindowEnd(Pipeline *p, Event *ev)
+{
+	return PipelineWindowStartTime(p, ev->event_time) + p->window_us;
+}
+
+/*
+ * TooLate tells whether an event's window is final: it ends, with the
+ * allowed lateness, at or before the watermark.
+ */
+static bool
+TooLate(StateWork *w, Event *ev)
+{
+	return w->p->windowed && w->watermark != DT_NOBEGIN &&
+		WindowEnd(w->p, ev) + w->p->lateness_us <= w->watermark;
+}
+
+/*
+ * ReadWatermark reads the watermark of a pipeline with windows: as the
+ * batch starts, so that readings of one batch do not make each other late.
+ */
+static TimestampTz
+ReadWatermark(Pipeline *p)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_execute(psprintf("SELECT watermark FROM %s.progress", quote_identifier(p->name)),
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the watermark of pipeline \"%s\"", p->name);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_freetuptable(SPI_tuptable);
+	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+/*
  * ApplyAccumulate handles one key's run of events in accumulate mode.
  */
 static void
@@ -592,7 +632,16 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 			continue;
 		}
 
-		/* a new reading: add it, whatever its order */
+		/* a new reading: add it, whatever its order, unless it is too late */
+		if (TooLate(w, ev))
+		{
+			/* timestamptz_to_str returns a static buffer */
+			char	   *end = pstrdup(timestamptz_to_str(WindowEnd(p, ev)));
+
+			AddDead(w, ev, psprintf("too late: its window ended at %s, and with the allowed lateness it was closed by the watermark, %s (the start of the latest window with a reading)",
+									end, timestamptz_to_str(w->watermark)));
+			continue;
+		}
 		w->counts->applied++;
 		known = true;
 		known_digest = digest;
@@ -866,6 +915,8 @@ Validate(StateWork *w, Event *ev)
 	else if (DistinctBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
 		AddDead(w, ev, psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
 								EXACTONCE_MAX_KEY_BYTES));
+	else if (w->p->windowed && TIMESTAMP_NOT_FINITE(ev->event_time))
+		AddDead(w, ev, pstrdup("event_time is infinite, in no window"));
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
@@ -1018,6 +1069,7 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 
 	w.p = p;
 	w.counts = counts;
+	w.watermark = p->windowed ? ReadWatermark(p) : DT_NOBEGIN;
 	w.deltas = palloc(sizeof(Delta) * Max(2 * n, 1));
 	w.dead = palloc(sizeof(DeadLetter) * Max(n, 1));
 	w.rowkeys = palloc(sizeof(text *) * Max(n, 1));
