@@ -73,6 +73,18 @@ SELECT exactonce.reduce_apply('risk');
 SELECT level, desk, book, total, keys, qty_sum, qty_count, fee_sum, fee_count, value_min, value_max, fee_min, fee_max
 FROM risk.aggregates ORDER BY level, desk, book;
 
+-- state_cell is the pipeline's: an owner's index of another shape under its
+-- name is refused before anything is written, and so is none at all
+DROP INDEX risk.state_cell;
+CREATE INDEX state_cell ON risk.state (lower(desk), book);
+INSERT INTO risk.ingest (key, version, value, desk, book) VALUES ('f', 1, 1, 'd1', 'b1');
+SELECT pg_temp.err($$SELECT exactonce.flush('risk')$$);
+DROP INDEX risk.state_cell;
+SELECT pg_temp.err($$SELECT exactonce.flush('risk')$$);
+CREATE INDEX state_cell ON risk.state (desk, book);
+SELECT exactonce.flush('risk');
+SELECT keys, value_max FROM risk.aggregates WHERE level = 0;
+
 SELECT exactonce.create_pipeline('acc', ARRAY['d'], 'accumulate', min_max => ARRAY['value']);
 SELECT pg_temp.err($$SELECT exactonce.map_stage('acc',
 	ARRAY[ROW('x', 1, ARRAY['a'], -2, -1, NULL, NULL)::exactonce.delta])$$);

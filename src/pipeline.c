@@ -896,8 +896,14 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	p->shard = get_relname_relid("shard", p->nspid);
 	p->state_cell = get_relname_relid("state_cell", p->nspid);
 	p->distinct_values = get_relname_relid("distincts", p->nspid);
+	if (p->any_min_max && p->mode == PIPELINE_LATEST && !OidIsValid(p->state_cell))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("index \"%s.state_cell\" of pipeline \"%s\" is missing", p->name, p->name),
+				 errdetail("The pipeline reads a leaf's min and max anew through it."),
+				 errhint("Create it again: CREATE INDEX state_cell ON %s.state (<the dimensions, in order>).",
+						 quote_identifier(p->name))));
 	if ((p->ndistinct > 0 && !OidIsValid(p->distinct_values)) ||
-		(p->any_min_max && p->mode == PIPELINE_LATEST && !OidIsValid(p->state_cell)) ||
 		!OidIsValid(p->ingest) || !OidIsValid(p->state) || !OidIsValid(p->progress) ||
 		!OidIsValid(p->shard) ||
 		!OidIsValid(p->state_pkey) || !OidIsValid(p->slots[0]) || !OidIsValid(p->slots[1]) ||

@@ -9,7 +9,11 @@
 # measures, one of them often missing, keeps min and max of value and of
 # that measure, which tombstones and moves retract, and counts the distinct
 # counterparties per cell: its sums, counts, averages, mins, maxes and
-# distinct counts must equal the oracle too.
+# distinct counts must equal the oracle too.  A third pipeline, in
+# accumulate mode, takes every version as a reading in the ten-minute
+# window of its event_time (with a lateness that takes them all), with the
+# same measures, min/max and distinct count: its windows must equal the
+# oracle as well.
 #
 # Sized for CI by default; bash test/resilience.sh runs it at full scale.
 # The environment sizes it:
@@ -64,11 +68,18 @@ FROM generate_series(1, $trades) t, generate_series(0, 4) v;
 SELECT exactonce.create_pipeline('measured', ARRAY['risk_type', 'region', 'trade_desk'],
 	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'],
 	distinct_counts => ARRAY['cpty']);
+SELECT exactonce.create_pipeline('windowed', ARRAY['risk_type'], 'accumulate',
+	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'],
+	distinct_counts => ARRAY['cpty'], window_width => '10 minutes',
+	allowed_lateness => '36500 days');
 CREATE TABLE truth_measured AS
 SELECT t.*, (abs(hashint8(v.h)) % 1000)::numeric / 10 AS qty,
        CASE WHEN v.h % 3 = 0 THEN NULL ELSE (abs(hashint8(v.h * 7)) % 50)::numeric / 4 END AS fee,
        CASE WHEN v.h % 7 = 0 THEN NULL ELSE 'cp' || abs(hashint8(v.h * 3)) % 60 END AS cpty
 FROM truth t, LATERAL (SELECT hashtext(t.key)::bigint * 16 + t.version AS h) v;
+ALTER TABLE truth_measured ADD COLUMN taken timestamptz;
+UPDATE truth_measured SET taken = timestamptz '2024-05-01 00:00:00+00'
+	+ (abs(hashtext(key || 'taken' || version)) % 86400) * interval '1 second';
 SELECT setseed(0.3);
 CREATE TABLE stream AS
 SELECT row_number() OVER (ORDER BY r) AS n, s.*
@@ -79,6 +90,8 @@ COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted
       FROM stream ORDER BY n) TO '$work/stream.tsv';
 COPY (SELECT key, version, value, risk_type, region, trade_desk, deleted, qty, fee, cpty
       FROM stream ORDER BY n) TO '$work/stream_measured.tsv';
+COPY (SELECT key, version, value, risk_type, qty, fee, cpty, taken
+      FROM stream WHERE NOT deleted ORDER BY n) TO '$work/stream_windowed.tsv';
 DROP TABLE stream;
 });
 my $sent = 0;
@@ -114,17 +127,17 @@ sub due
 	return $due > $n ? $n : $due;
 }
 
-# send_chunk(file, pipeline, more columns): COPY a chunk until one COPY of
-# it commits; only a server that went away is a reason to send it again.
+# send_chunk(file, pipeline, columns): COPY a chunk until one COPY of it
+# commits; only a server that went away is a reason to send it again.
 # Returns whether it committed.
 my $resends = 0;
 sub send_chunk
 {
-	my ($file, $pipeline, $more) = @_;
+	my ($file, $pipeline, $columns) = @_;
 	for (1 .. 50)
 	{
 		my ($rc, $out, $err) = $node->psql($db,
-			"\\copy $pipeline.ingest (key, version, value, risk_type, region, trade_desk, deleted$more) FROM '$file'");
+			"\\copy $pipeline.ingest ($columns) FROM '$file'");
 		return 1 if $rc == 0;
 		if ($err !~ /server closed|terminat|connect|shutting down|starting up|recovery mode/)
 		{
@@ -142,10 +155,20 @@ my ($faults, $kills, $restarts, $ledger_max, $loaded_chunks) = (0, 0, 0, 0, 0);
 my $start = time;
 open my $stream, '<', "$work/stream.tsv" or die "open stream: $!";
 open my $stream_measured, '<', "$work/stream_measured.tsv" or die "open stream: $!";
+open my $stream_windowed, '<', "$work/stream_windowed.tsv" or die "open stream: $!";
+my $windowed_lines = 0;
+{
+	open my $fh, '<', "$work/stream_windowed.tsv" or die "open stream: $!";
+	$windowed_lines++ while <$fh>;
+	close $fh;
+}
+my $windowed_chunk = int(($windowed_lines + $chunks - 1) / $chunks);
+my $columns = 'key, version, value, risk_type, region, trade_desk, deleted';
 for my $i (1 .. $chunks)
 {
 	my $file = "$work/chunk";
 	my $file_measured = "$work/chunk_measured";
+	my $file_windowed = "$work/chunk_windowed";
 	open my $out, '>', $file or die "open $file: $!";
 	open my $out_measured, '>', $file_measured or die "open $file_measured: $!";
 	for (1 .. $chunk_size)
@@ -157,8 +180,18 @@ for my $i (1 .. $chunks)
 	}
 	close $out;
 	close $out_measured;
-	last unless send_chunk($file, 'trades', '');
-	last unless send_chunk($file_measured, 'measured', ', qty, fee, cpty');
+	open my $out_windowed, '>', $file_windowed or die "open $file_windowed: $!";
+	for (1 .. $windowed_chunk)
+	{
+		my $line = <$stream_windowed>;
+		last unless defined $line;
+		print $out_windowed $line;
+	}
+	close $out_windowed;
+	last unless send_chunk($file, 'trades', $columns);
+	last unless send_chunk($file_measured, 'measured', "$columns, qty, fee, cpty");
+	last unless send_chunk($file_windowed, 'windowed',
+		'key, version, value, risk_type, qty, fee, cpty, event_time');
 	$loaded_chunks++;
 
 	my ($rc, $rows) = $node->psql($db, 'SELECT count(*) FROM trades.ledger');
@@ -191,6 +224,7 @@ for my $i (1 .. $chunks)
 }
 close $stream;
 close $stream_measured;
+close $stream_windowed;
 my $loaded = time;
 is($loaded_chunks, $chunks, "every chunk was loaded ($sent events in $chunks chunks, $resends sent again)");
 is($kills, $kills_wanted, "a drain worker was killed with SIGKILL $kills times during the load");
@@ -202,7 +236,8 @@ my $drained = q{
 SELECT bool_and(queued = 0 AND staged = 0)
 	AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
 	AND pg_relation_size('measured.ingest_0') + pg_relation_size('measured.ingest_1') = 0
-FROM exactonce.pipelines WHERE name IN ('trades', 'measured')};
+	AND pg_relation_size('windowed.ingest_0') + pg_relation_size('windowed.ingest_1') = 0
+FROM exactonce.pipelines WHERE name IN ('trades', 'measured', 'windowed')};
 my $deadline = time + 120 + $events / 5000;
 my $is_drained;
 do
@@ -241,14 +276,32 @@ SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
 	'0',
 	'measures, averages, mins, maxes and distinct counts of the second pipeline equal the oracle');
 is( $node->safe_psql(
+		$db, q{
+WITH readings AS (SELECT DISTINCT key, version, value, risk_type, qty, fee, cpty,
+		date_bin('10 minutes', taken, timestamptz '1970-01-01 00:00:00+00') AS window_start
+	FROM truth_measured WHERE NOT deleted),
+oracle AS (
+	SELECT window_start, risk_type, 2 - GROUPING(risk_type) AS level, sum(value) AS total,
+		count(*) AS keys, coalesce(sum(qty), 0), count(qty),
+		trim_scale(sum(qty)) / nullif(count(qty), 0), coalesce(sum(fee), 0), count(fee),
+		trim_scale(sum(fee)) / nullif(count(fee), 0), min(value), max(value), min(qty), max(qty),
+		count(DISTINCT cpty)
+	FROM readings GROUP BY ROLLUP (window_start, risk_type) HAVING GROUPING(window_start) = 0),
+win AS (SELECT window_start, risk_type, level, total, keys, qty_sum, qty_count, qty_avg, fee_sum,
+		fee_count, fee_avg, value_min, value_max, qty_min, qty_max, cpty_distinct FROM windowed.windows)
+SELECT (SELECT count(*) FROM (SELECT * FROM win EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM win) o)}),
+	'0',
+	'the windows of the third pipeline equal the oracle');
+is( $node->safe_psql(
 		$db,
-		"SELECT bool_and(ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= $sent) FROM exactonce.pipelines WHERE name IN ('trades', 'measured')"
+		"SELECT bool_and(ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested >= CASE name WHEN 'windowed' THEN $windowed_lines ELSE $sent END) FROM exactonce.pipelines WHERE name IN ('trades', 'measured', 'windowed')"
 	),
 	't',
-	'accounting identity holds, nothing dead-lettered, every event ingested, in both pipelines');
+	'accounting identity holds, nothing dead-lettered, every event ingested, in all three pipelines');
 # the ledger keeps the tokens of the two queue partitions at most: its
 # bound is set by how far the workers lag, not by the volume
-is($node->safe_psql($db, 'SELECT (SELECT count(*) FROM trades.ledger) + (SELECT count(*) FROM measured.ledger)'), '0',
+is($node->safe_psql($db, 'SELECT (SELECT count(*) FROM trades.ledger) + (SELECT count(*) FROM measured.ledger) + (SELECT count(*) FROM windowed.ledger)'), '0',
 	'the ledgers are empty once everything is drained');
 cmp_ok($ledger_max, '<=', 2 * $events / $batch / 4 + 50,
 	"the ledger stayed bounded during the load (at most $ledger_max rows)");
