@@ -328,84 +328,58 @@ SourceArg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * DeltaArray reads attribute arr of delta i, an array of n elements of
+ * elemtype (what the pipeline has n of), into n datums, 0 for a NULL; none
+ * given (arr 0) is all NULL.  It returns NULL when the pipeline has none.
+ */
+static Datum *
+DeltaArray(Pipeline *p, int i, Datum arr, Oid elemtype, int n, const char *what)
+{
+	Datum	   *result;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	ArrayType  *a = arr != (Datum) 0 ? DatumGetArrayTypeP(arr) : NULL;
+
+	if (a != NULL && (ARR_NDIM(a) > 1 ||
+					  ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) != n))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d has %d %s, pipeline \"%s\" has %d",
+						i + 1, ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), what, p->name, n)));
+	if (n == 0)
+		return NULL;
+	result = palloc0(sizeof(Datum) * n);
+	if (a == NULL)
+		return result;
+	deconstruct_array(a, elemtype, -1, false, TYPALIGN_INT, &elems, &nulls, &nelems);
+	for (int j = 0; j < n; j++)
+		result[j] = nulls[j] ? (Datum) 0 : elems[j];
+	return result;
+}
+
+/*
  * MeasuresFromArray reads the measures of delta i from a numeric[] (0: none
- * given, all NULL).
+ * given, all NULL); each must be a finite number.
  */
 static Numeric *
 MeasuresFromArray(Pipeline *p, int i, Datum arr)
 {
+	Datum	   *d = DeltaArray(p, i, arr, NUMERICOID, p->nmeasures, "measures");
 	Numeric    *measures;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
 
-	if (p->nmeasures == 0)
+	if (d == NULL)
+		return NULL;
+	measures = palloc(sizeof(Numeric) * p->nmeasures);
+	for (int j = 0; j < p->nmeasures; j++)
 	{
-		if (arr != (Datum) 0 && ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(arr)),
-											   ARR_DIMS(DatumGetArrayTypeP(arr))) > 0)
+		measures[j] = d[j] ? DatumGetNumeric(d[j]) : NULL;
+		if (measures[j] && (numeric_is_nan(measures[j]) || numeric_is_inf(measures[j])))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("delta %d has measures, pipeline \"%s\" has none", i + 1, p->name)));
-		return NULL;
+					 errmsg("delta %d has a measure that is not a finite number", i + 1)));
 	}
-	measures = palloc0(sizeof(Numeric) * p->nmeasures);
-	if (arr == (Datum) 0)
-		return measures;
-	deconstruct_array(DatumGetArrayTypeP(arr), NUMERICOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &n);
-	if (n != p->nmeasures || ARR_NDIM(DatumGetArrayTypeP(arr)) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("delta %d has %d measures, pipeline \"%s\" has %d",
-						i + 1, n, p->name, p->nmeasures)));
-	for (int j = 0; j < n; j++)
-		if (!nulls[j])
-		{
-			Numeric		m = DatumGetNumeric(elems[j]);
-
-			if (numeric_is_nan(m) || numeric_is_inf(m))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("delta %d has a measure that is not a finite number", i + 1)));
-			measures[j] = m;
-		}
 	return measures;
-}
-
-/*
- * DistinctsFromArray reads the distinct_counts values of delta i from a
- * text[] (0: none given, all NULL).
- */
-static Datum *
-DistinctsFromArray(Pipeline *p, int i, Datum arr)
-{
-	Datum	   *distincts;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-
-	if (p->ndistinct == 0)
-	{
-		if (arr != (Datum) 0 && ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(arr)),
-											   ARR_DIMS(DatumGetArrayTypeP(arr))) > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("delta %d has distinct_counts values, pipeline \"%s\" has none", i + 1, p->name)));
-		return NULL;
-	}
-	distincts = palloc0(sizeof(Datum) * p->ndistinct);
-	if (arr == (Datum) 0)
-		return distincts;
-	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &n);
-	if (n != p->ndistinct || ARR_NDIM(DatumGetArrayTypeP(arr)) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("delta %d has %d distinct_counts values, pipeline \"%s\" has %d columns",
-						i + 1, n, p->name, p->ndistinct)));
-	for (int j = 0; j < n; j++)
-		distincts[j] = nulls[j] ? (Datum) 0 : elems[j];
-	return distincts;
 }
 
 /*
@@ -475,7 +449,8 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 		deltas[i].total = DatumGetNumeric(values[3]);
 		deltas[i].keys = DatumGetInt64(values[4]);
 		deltas[i].measures = MeasuresFromArray(p, i, desc->natts < 6 || isnull[5] ? (Datum) 0 : values[5]);
-		deltas[i].distincts = DistinctsFromArray(p, i, desc->natts < 7 || isnull[6] ? (Datum) 0 : values[6]);
+		deltas[i].distincts = DeltaArray(p, i, desc->natts < 7 || isnull[6] ? (Datum) 0 : values[6],
+										 TEXTOID, p->ndistinct, "distinct_counts values");
 	}
 	*ndeltas = n;
 	return deltas;

@@ -94,6 +94,23 @@ CheckIdentifier(const char *what, const char *ident)
 }
 
 /*
+ * NameArray deconstructs a one-dimensional text[] of names (what they name
+ * is for the error) and returns how many it has.
+ */
+static int
+NameArray(ArrayType *arr, const char *what, Datum **elems, bool **nulls)
+{
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, elems, nulls, &n);
+	return n;
+}
+
+/*
  * CheckDimensions validates the dimension list of a new pipeline and returns
  * it as C strings.
  */
@@ -104,11 +121,7 @@ CheckDimensions(ArrayType *arr, char **dims)
 	bool	   *nulls;
 	int			n;
 
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("dimensions must be a one-dimensional array")));
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = NameArray(arr, "dimensions", &elems, &nulls);
 	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -144,68 +157,91 @@ CheckDimensions(ArrayType *arr, char **dims)
 }
 
 /*
- * CheckMeasures validates the measures of a new pipeline: numeric columns
- * besides value, named like dimensions and unlike any column the pipeline's
- * relations have (dimensions, theirs, and the aggregates' <measure>_sum,
- * _count, _avg, _min and _max).
+ * CheckNames validates a list of column names a new pipeline declares, of
+ * what kind ("measure"), at most max of them, each an ordinary identifier
+ * that leaves room for suffix, reserved by no relation of the pipeline and
+ * listed once; it returns them as C strings.
  */
 static int
-CheckMeasures(ArrayType *arr, char **measures, char **dims, int ndims)
+CheckNames(ArrayType *arr, const char *what, const char *suffix, int max, const char *hint,
+		   char **names)
 {
-	static const char *const suffixes[] = {"_sum", "_count", "_avg", "_min", "_max"};
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
 
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("measures must be a one-dimensional array")));
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	if (n > EXACTONCE_MAX_MEASURES)
+	n = NameArray(arr, psprintf("the %s names", what), &elems, &nulls);
+	if (n > max)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a pipeline can have at most %d measures", EXACTONCE_MAX_MEASURES)));
+				 errmsg("a pipeline can have at most %d %ss", max, what)));
 	for (int i = 0; i < n; i++)
 	{
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("measure names must not be NULL")));
-		measures[i] = TextDatumGetCString(elems[i]);
-		CheckIdentifier("measure", measures[i]);
-		if (strlen(measures[i]) > NAMEDATALEN - 1 - strlen("_count"))
+					 errmsg("%s names must not be NULL", what)));
+		names[i] = TextDatumGetCString(elems[i]);
+		CheckIdentifier(what, names[i]);
+		if (strlen(names[i]) > NAMEDATALEN - 1 - strlen(suffix))
 			ereport(ERROR,
 					(errcode(ERRCODE_NAME_TOO_LONG),
-					 errmsg("measure name \"%s\" is too long", measures[i]),
-					 errdetail("The aggregates table has a column \"%s_count\", which must fit in %d characters.",
-							   measures[i], NAMEDATALEN - 1)));
+					 errmsg("%s name \"%s\" is too long", what, names[i]),
+					 errdetail("The aggregates table has a column \"%s%s\", which must fit in %d characters.",
+							   names[i], suffix, NAMEDATALEN - 1)));
 		for (const char *const *r = reserved_columns; *r; r++)
-			if (strcmp(measures[i], *r) == 0)
+			if (strcmp(names[i], *r) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_RESERVED_NAME),
-						 errmsg("measure name \"%s\" is reserved", measures[i]),
+						 errmsg("%s name \"%s\" is reserved", what, names[i]),
 						 errdetail("The pipeline's own relations already have a column of that name."),
-						 errhint("The event's value is always a measure; name the others otherwise.")));
+						 errhint("%s", hint)));
 		for (int j = 0; j < i; j++)
-			if (strcmp(measures[i], measures[j]) == 0)
+			if (strcmp(names[i], names[j]) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_DUPLICATE_COLUMN),
-						 errmsg("measure \"%s\" is listed twice", measures[i])));
-		for (int d = 0; d < ndims; d++)
-		{
-			bool		clash = strcmp(measures[i], dims[d]) == 0;
-
-			for (int k = 0; k < lengthof(suffixes) && !clash; k++)
-				clash = strcmp(psprintf("%s%s", measures[i], suffixes[k]), dims[d]) == 0 ||
-					strcmp(psprintf("value%s", suffixes[k]), dims[d]) == 0;
-			if (clash)
-				ereport(ERROR,
-						(errcode(ERRCODE_DUPLICATE_COLUMN),
-						 errmsg("measure \"%s\" and dimension \"%s\" would share a column name", measures[i], dims[d]),
-						 errhint("Rename the measure or the dimension.")));
-		}
+						 errmsg("%s \"%s\" is listed twice", what, names[i])));
 	}
+	return n;
+}
+
+/*
+ * CheckClash refuses a column a new pipeline declares whose name, or whose
+ * name with one of the suffixes, is other's.
+ */
+static void
+CheckClash(const char *what, const char *name, const char *const *suffixes, int nsuffixes,
+		   const char *other_what, const char *other)
+{
+	bool		clash = strcmp(name, other) == 0;
+
+	for (int k = 0; k < nsuffixes && !clash; k++)
+		clash = strcmp(psprintf("%s%s", name, suffixes[k]), other) == 0;
+	if (clash)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_COLUMN),
+				 errmsg("%s \"%s\" and %s \"%s\" would share a column name", what, name,
+						other_what, other),
+				 errhint("Rename one of them.")));
+}
+
+/*
+ * CheckMeasures validates the measures of a new pipeline: numeric columns
+ * besides value, named unlike any column the pipeline's relations have
+ * (dimensions, theirs, and the aggregates' <measure>_sum, _count, _avg,
+ * _min and _max).
+ */
+static int
+CheckMeasures(ArrayType *arr, char **measures, char **dims, int ndims)
+{
+	static const char *const suffixes[] = {"_sum", "_count", "_avg", "_min", "_max"};
+	int			n = CheckNames(arr, "measure", "_count", EXACTONCE_MAX_MEASURES,
+							   "The event's value is always a measure; name the others otherwise.",
+							   measures);
+
+	for (int i = 0; i < n; i++)
+		for (int d = 0; d < ndims; d++)
+			CheckClash("measure", measures[i], suffixes, lengthof(suffixes), "dimension", dims[d]);
 	return n;
 }
 
@@ -221,11 +257,7 @@ CheckMinMax(ArrayType *arr, char **measures, int nmeasures, char **dims, int ndi
 	bool	   *nulls;
 	int			n;
 
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("min_max must be a one-dimensional array")));
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = NameArray(arr, "min_max", &elems, &nulls);
 	for (int i = 0; i < n; i++)
 	{
 		char	   *m = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
@@ -257,65 +289,22 @@ CheckMinMax(ArrayType *arr, char **measures, int nmeasures, char **dims, int ndi
 
 /*
  * CheckDistincts validates the columns whose distinct values a new pipeline
- * counts per cell: text columns of their own, named like dimensions and
- * unlike any other column, each counted in aggregates column <name>_distinct.
+ * counts per cell: text columns of their own, named unlike any other
+ * column, each counted in aggregates column <name>_distinct.
  */
 static int
 CheckDistincts(ArrayType *arr, Pipeline *def)
 {
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
+	static const char *const suffixes[] = {"_distinct"};
+	int			n = CheckNames(arr, "distinct_counts column", "_distinct", EXACTONCE_MAX_DISTINCT,
+							   "Name a text column of its own, for example \"counterparty\".",
+							   def->distincts);
 
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("distinct_counts must be a one-dimensional array")));
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	if (n > EXACTONCE_MAX_DISTINCT)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a pipeline can count the distinct values of at most %d columns",
-						EXACTONCE_MAX_DISTINCT)));
 	for (int i = 0; i < n; i++)
-	{
-		char	   *c;
-
-		if (nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("distinct_counts names must not be NULL")));
-		c = def->distincts[i] = TextDatumGetCString(elems[i]);
-		CheckIdentifier("distinct_counts column", c);
-		if (strlen(c) > NAMEDATALEN - 1 - strlen("_distinct"))
-			ereport(ERROR,
-					(errcode(ERRCODE_NAME_TOO_LONG),
-					 errmsg("distinct_counts column name \"%s\" is too long", c),
-					 errdetail("The aggregates table has a column \"%s_distinct\", which must fit in %d characters.",
-							   c, NAMEDATALEN - 1)));
-		for (const char *const *r = reserved_columns; *r; r++)
-			if (strcmp(c, *r) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_RESERVED_NAME),
-						 errmsg("distinct_counts column name \"%s\" is reserved", c),
-						 errdetail("The pipeline's own relations already have a column of that name."),
-						 errhint("Name a text column of its own, for example \"counterparty\".")));
-		for (int j = 0; j < i; j++)
-			if (strcmp(c, def->distincts[j]) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_DUPLICATE_COLUMN),
-						 errmsg("distinct_counts lists \"%s\" twice", c)));
 		for (int j = 0; j < def->ndims + def->nmeasures; j++)
-		{
-			const char *other = j < def->ndims ? def->dims[j] : def->measures[j - def->ndims];
-
-			if (strcmp(c, other) == 0 || strcmp(psprintf("%s_distinct", c), other) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_DUPLICATE_COLUMN),
-						 errmsg("distinct_counts column \"%s\" and \"%s\" would share a column name", c, other),
-						 errhint("A distinct_counts column is a text column of its own; rename it.")));
-		}
-	}
+			CheckClash("distinct_counts column", def->distincts[i], suffixes, lengthof(suffixes),
+					   j < def->ndims ? "dimension" : "measure",
+					   j < def->ndims ? def->dims[j] : def->measures[j - def->ndims]);
 	return n;
 }
 
