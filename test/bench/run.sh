@@ -32,8 +32,11 @@
 #   3b. the cost of richer aggregates: the same worker drain into a pipeline
 #      with two measures (qty on every event, fee on two in three; their sums,
 #      counts and averages), then with min and max of value and fee as well,
-#      then with the two measures and a distinct count of 1,000 counterparties
-#      (--no-aggregates skips the three);
+#      then with the two measures and a distinct count of 1,000 counterparties;
+#      and the cost of event-time windows: the events as readings (accumulate
+#      mode, tombstones left out, each taken at a time within a day drawn from
+#      its trade and version) drained plain, then in ten-minute windows
+#      (--no-aggregates skips all five);
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
@@ -302,6 +305,8 @@ label() {
 	eo_measures) echo "worker drain, 2 measures" ;;
 	eo_minmax) echo "worker drain, + min/max" ;;
 	eo_distinct) echo "worker drain, + distinct" ;;
+	eo_readings) echo "worker drain, accumulate" ;;
+	eo_windows) echo "accumulate, in windows" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
 	sus_target) echo "sustained, $(th "$TARGET_RATE")/s offered" ;;
 	sus_max) echo "sustained, max rate" ;;
@@ -693,6 +698,61 @@ SQL
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
 }
 
+# windows_run RUN WIDTH: section 3's worker drain of the events as readings
+# into an accumulate pipeline, in windows of WIDTH (a SQL interval, or NULL
+# for none) with a lateness that takes every reading; exact when its
+# aggregates equal those of the distinct readings.
+TAKEN="timestamptz '2024-05-01 00:00:00+00' + (abs(hashtext(key || ':' || version)) % 86400) * interval '1 second'"
+windows_run() {
+	local run=$1 width=$2 wdim="" wcol="" diff counters taken_q="${TAKEN//\'/\'\'}"
+	if [ "$width" != NULL ]; then
+		# inside the literals bench.diff takes
+		wdim="date_bin(${width//\'/\'\'}, taken, timestamptz ''1970-01-01 00:00:00+00''), "
+		wcol="window_start::timestamptz, "
+	fi
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, 'accumulate', shards => $SHARDS,
+	window_width => $width, allowed_lateness => '36500 days');
+SELECT exactonce.pause('$PIPE');
+INSERT INTO $PIPE.ingest (key, version, value, risk_type, region, trade_desk, event_time)
+SELECT key, version, value, risk_type, region, trade_desk, $TAKEN FROM bench.events WHERE NOT deleted;
+CHECKPOINT;
+SQL
+	N=$(sql -c "SELECT count(*) FROM bench.events WHERE NOT deleted")
+	WPID=$(worker_pids)
+	L0=$(sql -c "SELECT pg_current_wal_lsn()")
+	T0=$(now)
+	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
+	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$N" --view-every 0 --timeout 900 \
+		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
+		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
+	DONE=$(mon_value "$run" done_at)
+	SECS=$(calc "%.3f" "$DONE - $T0")
+	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	IFS='|' read -r diff counters < <(sql -F '|' <<SQL
+SELECT bench.diff('(SELECT ${wcol}risk_type, region, trade_desk, level, total, keys FROM $PIPE.aggregates$(
+		[ -z "$wcol" ] || echo " WHERE level >= 1")) a',
+	'(SELECT ${wdim}risk_type, region, trade_desk,
+	         $([ -z "$wdim" ] && echo 3 || echo 4) - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)$(
+		[ -z "$wdim" ] || echo " + GROUPING(${wdim%, })")), sum(value), count(*)
+	  FROM (SELECT DISTINCT key, version, value, risk_type, region, trade_desk, $taken_q AS taken
+	        FROM bench.events WHERE NOT deleted) r
+	  GROUP BY ROLLUP (${wdim}risk_type, region, trade_desk)$(
+		[ -z "$wdim" ] || echo " HAVING GROUPING(${wdim%, }) = 0")) t'),
+       ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested = $N
+FROM exactonce.pipelines WHERE name = '$PIPE';
+SQL
+)
+	VERDICT=PASS
+	[ "$diff" = 0 ] || VERDICT="FAIL: $diff aggregate rows differ from the readings"
+	[ "$counters" = t ] || VERDICT="FAIL: counters do not add up${VERDICT#PASS}"
+	record "$run" "$N" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.seen $PIPE.ledger $PIPE.aggregates)"
+	log "   $(th "$(calc "%f" "$N / $SECS")") events/s; $VERDICT"
+}
+
 if [ "$AGGREGATES" = 1 ]; then
 	log "== 3b. exactonce: the worker drain with measures, then with min/max too"
 	sql >/dev/null <<SQL
@@ -703,6 +763,8 @@ SQL
 	aggregates_run eo_measures "'{}'"
 	aggregates_run eo_minmax "ARRAY['value', 'fee']"
 	aggregates_run eo_distinct "'{}'" distinct
+	windows_run eo_readings NULL
+	windows_run eo_windows "'10 minutes'"
 	sql -c "DROP TABLE bench.events" >/dev/null
 fi
 
@@ -1075,6 +1137,8 @@ say "  exactonce worker drain / naive tuned $r_naive   target >= 2: $(met "$r_na
 say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / naive tuned $(ratio eo_flush naive_tuned)"
 [ "$AGGREGATES" = 0 ] ||
 	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
+[ "$AGGREGATES" = 0 ] ||
+	say "  accumulate, in windows / plain accumulate  $(ratio eo_windows eo_readings)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
 	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"
