@@ -4,8 +4,9 @@
  *		Tables of rollup cells: map.c pre-aggregates a batch's deltas into
  *		one, reduce.c merges staged batches into one before the upsert.
  *
- * A cell is a level and the values of the first "level" dimensions.  Its
- * identity is encoded into a byte string (the level, then each value with
+ * A cell is a grouping (the dimensions it groups by: a rollup's level k
+ * groups by the first k) and the values of those dimensions.  Its identity
+ * is encoded into a byte string (the grouping, then each value with
  * its length) that the table hashes and compares, so no text comparison or
  * collation is involved.
  *
@@ -15,6 +16,7 @@
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "port/pg_bitutils.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/lsyscache.h"
@@ -75,27 +77,33 @@ CellTableCreate(void)
 }
 
 /*
- * CellKeyMake encodes the identity of cell (level, dims[0..level)), followed
- * by suffixlen bytes of suffix, in a buffer of its exact size: a table keeps
- * many.
+ * CellKeyMake encodes the identity of the cell that groups by mask, with the
+ * values dims[i] of its dimensions, followed by suffixlen bytes of suffix,
+ * in a buffer of its exact size: a table keeps many.
  */
 CellKey
-CellKeyMake(int level, Datum *dims, const char *suffix, int suffixlen)
+CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen)
 {
 	CellKey		key;
 	char	   *w;
 
-	Assert(level >= 0 && level <= EXACTONCE_MAX_DIMENSIONS);
-	key.len = 1 + suffixlen;
-	for (int i = 0; i < level; i++)
-		key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[i]));
+	Assert(mask < (UINT64CONST(1) << EXACTONCE_MAX_DIMENSIONS));
+	key.len = sizeof(mask) + suffixlen;
+	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
+		if (mask & (1u << i))
+			key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[i]));
 	key.data = w = palloc(key.len);
-	*w++ = (char) level;
-	for (int i = 0; i < level; i++)
+	memcpy(w, &mask, sizeof(mask));
+	w += sizeof(mask);
+	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
 	{
-		text	   *t = (text *) DatumGetPointer(dims[i]);
-		uint32		len = VARSIZE_ANY_EXHDR(t);
+		text	   *t;
+		uint32		len;
 
+		if (!(mask & (1u << i)))
+			continue;
+		t = (text *) DatumGetPointer(dims[i]);
+		len = VARSIZE_ANY_EXHDR(t);
 		memcpy(w, &len, sizeof(len));
 		memcpy(w + sizeof(len), VARDATA_ANY(t), len);
 		w += sizeof(len) + len;
@@ -136,12 +144,13 @@ CellLeast(Numeric a, Numeric b, bool greatest)
 }
 
 /*
- * CellTableFind returns the cell (level, dims[0..level)), or NULL.
+ * CellTableFind returns the cell that groups by mask with values dims, or
+ * NULL.
  */
 Cell *
-CellTableFind(HTAB *cells, int level, Datum *dims)
+CellTableFind(HTAB *cells, uint32 mask, Datum *dims)
 {
-	CellKey		key = CellKeyMake(level, dims, NULL, 0);
+	CellKey		key = CellKeyMake(mask, dims, NULL, 0);
 	Cell	   *cell = hash_search(cells, &key, HASH_FIND, NULL);
 
 	pfree(key.data);
@@ -149,13 +158,13 @@ CellTableFind(HTAB *cells, int level, Datum *dims)
 }
 
 /*
- * CellTableAdd adds a change to the cell (level, dims[0..level)) and returns
- * the cell.
+ * CellTableAdd adds a change to the cell that groups by mask with values
+ * dims, and returns the cell.
  */
 Cell *
-CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims, const CellChange *change)
+CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
 {
-	CellKey		key = CellKeyMake(level, dims, NULL, 0);
+	CellKey		key = CellKeyMake(mask, dims, NULL, 0);
 	Cell	   *cell;
 	bool		found;
 
@@ -184,8 +193,10 @@ CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims, const CellChange 
 		}
 		return cell;
 	}
-	cell->level = level;
-	memcpy(cell->dims, dims, sizeof(Datum) * level);
+	cell->mask = mask;
+	cell->level = pg_popcount32(mask);
+	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
+		cell->dims[i] = (mask & (1u << i)) ? dims[i] : (Datum) 0;
 	cell->change = *change;
 	/* a cell's own copy: it takes in the changes of others */
 	if (change->ext)
@@ -228,6 +239,7 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 {
 	long		max = Max(hash_get_num_entries(cells), 1);
 	Datum	   *lv = palloc(sizeof(Datum) * max);
+	Datum	   *mv = palloc(sizeof(Datum) * max);
 	Datum	   *dv[EXACTONCE_MAX_DIMENSIONS];
 	bool	   *dn[EXACTONCE_MAX_DIMENSIONS];
 	Numeric    *tv = palloc(sizeof(Numeric) * max);
@@ -262,10 +274,11 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 		if (CellIsNil(p, cell))
 			continue;
 		lv[n] = Int32GetDatum(cell->level);
+		mv[n] = Int32GetDatum((int32) cell->mask);
 		for (int i = 0; i < p->ndims; i++)
 		{
-			dn[i][n] = i >= cell->level;
-			dv[i][n] = i < cell->level ? cell->dims[i] : (Datum) 0;
+			dn[i][n] = !(cell->mask & (1u << i));
+			dv[i][n] = cell->dims[i];
 		}
 		tv[n] = cell->change.total;
 		kv[n] = cell->change.keys;
@@ -282,6 +295,7 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	}
 	cols->ncells = n;
 	cols->levels = PointerGetDatum(construct_array(lv, n, INT4OID, 4, true, TYPALIGN_INT));
+	cols->masks = PointerGetDatum(construct_array(mv, n, INT4OID, 4, true, TYPALIGN_INT));
 	for (int i = 0; i < p->ndims; i++)
 		cols->dims[i] = StatementTextArray(dv[i], dn[i], n);
 	cols->totals = StatementNumericArray(tv, n);

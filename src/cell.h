@@ -12,7 +12,7 @@
 
 #include "pipeline.h"
 
-/* A rollup cell's identity, encoded as level and length-prefixed values. */
+/* A cell's identity, encoded as its grouping and length-prefixed values. */
 typedef struct CellKey
 {
 	char	   *data;
@@ -46,8 +46,9 @@ typedef struct CellChange
 typedef struct Cell
 {
 	CellKey		key;			/* hash key, must be first */
-	int			level;
-	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* first "level" are set */
+	uint32		mask;			/* the dimensions it groups by, bit i for i */
+	int			level;			/* how many */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* set where mask has a bit */
 	CellChange	change;
 	bool		touched;		/* its min and max are to be read anew */
 } Cell;
@@ -57,6 +58,7 @@ typedef struct CellColumns
 {
 	int			ncells;
 	Datum		levels;			/* int4[] */
+	Datum		masks;			/* int4[] */
 	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* text[], NULL where rolled
 												 * up */
 	Datum		totals;			/* numeric[] */
@@ -68,10 +70,10 @@ typedef struct CellColumns
 } CellColumns;
 
 extern HTAB *CellTableCreateOf(Size entrysize);
-extern CellKey CellKeyMake(int level, Datum *dims, const char *suffix, int suffixlen);
+extern CellKey CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen);
 extern HTAB *CellTableCreate(void);
-extern Cell *CellTableFind(HTAB *cells, int level, Datum *dims);
-extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, int level, Datum *dims,
+extern Cell *CellTableFind(HTAB *cells, uint32 mask, Datum *dims);
+extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims,
 						  const CellChange *change);
 extern void CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols);
 extern Numeric CellLeast(Numeric a, Numeric b, bool greatest);

@@ -59,7 +59,7 @@ MemberAdd(HTAB *members, int level, Datum *dims, int col, Datum value, int64 n)
 
 	suffix[0] = (char) col;
 	memcpy(suffix + 1, VARDATA_ANY(t), len);
-	key = CellKeyMake(level, dims, suffix, 1 + len);
+	key = CellKeyMake(CELL_LEVEL_MASK(level), dims, suffix, 1 + len);
 	pfree(suffix);
 	m = hash_search(members, &key, HASH_ENTER, &found);
 	if (found)
@@ -321,7 +321,7 @@ ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 		/* kept in cells and members after the rows are freed */
 		for (int i = 0; i < len; i++)
 			cellv[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(cellv[i]));
-		CellTableAdd(cells, p, level, cellv, &none)->change.distinct[j] += flip;
+		CellTableAdd(cells, p, CELL_LEVEL_MASK(level), cellv, &none)->change.distinct[j] += flip;
 		if (above)
 			MemberAdd(above, level - 1, cellv, j,
 					  PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 6, &isnull))),

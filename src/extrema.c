@@ -180,7 +180,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 			{
 				for (int i = 0; i < p->ndims; i++)
 					dims[i] = SPI_getbinval(tup, rows->tupdesc, 5 + i, &isnull);
-				cell = CellTableFind(cells, level, dims);
+				cell = CellTableFind(cells, CELL_LEVEL_MASK(level), dims);
 				if (cell == NULL)
 					elog(ERROR, "aggregates upsert of pipeline \"%s\" returned a cell it was not given",
 						 p->name);

@@ -133,7 +133,8 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 	if (position < 0)
 		nulls[2] = 'n';
 	values[3] = Int32GetDatum(ndeltas);
-	values[4] = cells->levels;
+	/* a rollup's level stands for its grouping; other groupings go as such */
+	values[4] = p->rollup ? cells->levels : cells->masks;
 	values[5] = CellFlatten(cells->dims, p->ndims, cells->ncells, TEXTOID);
 	values[6] = cells->totals;
 	values[7] = cells->keys;

@@ -250,7 +250,9 @@ DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change)
 
 /*
  * RollUp pre-aggregates deltas per leaf cell, then the leaves into every
- * upper level, which costs one addition per delta and a few per leaf.
+ * cell of the pipeline's grouping (every level of its rollup, or each of
+ * its grouping sets), which costs one addition per delta and a few per
+ * leaf.
  */
 static HTAB *
 RollUp(Pipeline *p, Delta *deltas, int n)
@@ -265,12 +267,12 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 		CellChange	change;
 
 		DeltaChange(p, &deltas[i], i, &change);
-		CellTableAdd(leaves, p, p->ndims, deltas[i].cell, &change);
+		CellTableAdd(leaves, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
 	}
 	hash_seq_init(&seq, leaves);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
-		for (int level = 0; level <= p->ndims; level++)
-			CellTableAdd(cells, p, level, leaf->dims, &leaf->change);
+		for (int s = 0; s < p->nsets; s++)
+			CellTableAdd(cells, p, p->sets[s], leaf->dims, &leaf->change);
 	hash_destroy(leaves);
 	return cells;
 }

@@ -413,6 +413,96 @@ CheckWindow(Pipeline *def, Interval *width, Interval *lateness)
 }
 
 /*
+ * BadGrouping reports a grouping that cannot be taken.
+ */
+static void
+BadGrouping(const char *grouping, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid grouping \"%s\"", grouping),
+			 errdetail("%s", why),
+			 errhint("Give 'rollup', 'cube', or grouping sets such as '(region, desk), (region), ()'.")));
+}
+
+/*
+ * ParseGrouping sets the cells of a pipeline from its grouping: 'rollup'
+ * (level k groups by the first k dimensions), 'cube' (every subset of the
+ * dimensions) or grouping sets, each a parenthesized list of dimensions.
+ */
+static void
+ParseGrouping(Pipeline *p, const char *grouping)
+{
+	const char *c = grouping;
+
+	p->rollup = strcmp(grouping, "rollup") == 0;
+	p->nsets = 0;
+	if (p->rollup)
+	{
+		for (int level = 0; level <= p->ndims; level++)
+			p->sets[p->nsets++] = CELL_LEVEL_MASK(level);
+		return;
+	}
+	if (strcmp(grouping, "cube") == 0)
+	{
+		if (p->ndims > 8)
+			BadGrouping(grouping, "A cube has 2^n groupings: it takes at most 8 dimensions.");
+		for (uint32 mask = 0; mask < (1u << p->ndims); mask++)
+			p->sets[p->nsets++] = mask;
+		return;
+	}
+	for (;;)
+	{
+		uint32		mask = 0;
+
+		while (*c == ' ')
+			c++;
+		if (*c++ != '(')
+			BadGrouping(grouping, "A grouping set is a list of dimensions in parentheses.");
+		for (;;)
+		{
+			const char *start;
+			int			d = 0;
+
+			while (*c == ' ')
+				c++;
+			if (*c == ')' && mask == 0)
+				break;
+			start = c;
+			while ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')
+				c++;
+			while (d < p->ndims && (strlen(p->dims[d]) != c - start ||
+									strncmp(p->dims[d], start, c - start) != 0))
+				d++;
+			if (c == start || d == p->ndims)
+				BadGrouping(grouping, "A grouping set names dimensions of the pipeline.");
+			if (mask & (1u << d))
+				BadGrouping(grouping, "A grouping set names a dimension twice.");
+			mask |= 1u << d;
+			while (*c == ' ')
+				c++;
+			if (*c == ')')
+				break;
+			if (*c++ != ',')
+				BadGrouping(grouping, "The dimensions of a grouping set are separated by commas.");
+		}
+		c++;
+		for (int s = 0; s < p->nsets; s++)
+			if (p->sets[s] == mask)
+				BadGrouping(grouping, "A grouping set is listed twice.");
+		if (p->nsets == PIPELINE_MAX_SETS)
+			BadGrouping(grouping, "Too many grouping sets.");
+		p->sets[p->nsets++] = mask;
+		while (*c == ' ')
+			c++;
+		if (*c == '\0')
+			return;
+		if (*c++ != ',')
+			BadGrouping(grouping, "Grouping sets are separated by commas.");
+	}
+}
+
+/*
  * ParseMode turns the mode argument into a PipelineMode.
  */
 static PipelineMode
@@ -632,8 +722,10 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 		appendStringInfo(&sql, ", %s", quote_identifier(dims[i]));
 	appendStringInfo(&sql, ") NULLS NOT DISTINCT;\n"
 					 "COMMENT ON INDEX %s.aggregates_cell IS 'exactonce: a cell is its level and dimension values';\n"
-					 "COMMENT ON TABLE %s.aggregates IS 'exactonce: one row per non-empty rollup cell (level k groups by the first k dimensions)';\n",
-					 s, s);
+					 "COMMENT ON TABLE %s.aggregates IS %s;\n",
+					 s, s, def->rollup ?
+					 "'exactonce: one row per non-empty rollup cell (level k groups by the first k dimensions)'" :
+					 "'exactonce: one row per non-empty cell of the pipeline''s grouping sets (level: how many dimensions the cell groups by; NULL in those it does not)'");
 
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
@@ -867,6 +959,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 		}
 	}
 
+	ParseGrouping(p, TextDatumGetCString(SPI_getbinval(tup, desc, 12, &isnull)));
+
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
 		ereport(ERROR,
@@ -907,7 +1001,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 }
 
 #define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts," \
-	" window_width, allowed_lateness"
+	" window_width, allowed_lateness, grouping"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -1058,21 +1152,22 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	Pipeline	def = {0};
 	int			nshards;
 	int			nestlevel;
-	Oid			types[10] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
-	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID, INTERVALOID};
-	Datum		values[10];
-	char		nulls[11] = "          ";
+	Oid			types[11] = {TEXTOID, TEXTOID, TEXTARRAYOID, OIDOID, INT4OID,
+	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID, INTERVALOID, TEXTOID};
+	Datum		values[11];
+	char		nulls[12] = "           ";
+	char	   *grouping;
 
-	if (PG_NARGS() != 9)
+	if (PG_NARGS() != 10)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
-	for (int i = 0; i < 9; i++)
+	for (int i = 0; i < 10; i++)
 		if (PG_ARGISNULL(i) && i != 7)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts and allowed_lateness of a pipeline must not be NULL")));
+					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts, allowed_lateness and grouping of a pipeline must not be NULL")));
 	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", def.name);
 	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
@@ -1086,6 +1181,14 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	def.ndistinct = CheckDistincts(PG_GETARG_ARRAYTYPE_P(6), &def);
 	if (!PG_ARGISNULL(7))
 		CheckWindow(&def, PG_GETARG_INTERVAL_P(7), PG_GETARG_INTERVAL_P(8));
+	grouping = text_to_cstring(PG_GETARG_TEXT_PP(9));
+	ParseGrouping(&def, grouping);
+	if (!def.rollup && (def.any_min_max || def.ndistinct > 0 || def.windowed))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("grouping \"%s\" does not go with min_max, distinct_counts or windows", grouping),
+				 errdetail("Those read a cell's children level by level, which only a rollup has."),
+				 errhint("Use grouping => 'rollup' with them, or a second pipeline.")));
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -1118,6 +1221,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	values[7] = PG_GETARG_DATUM(6);
 	values[8] = PG_ARGISNULL(7) ? (Datum) 0 : PG_GETARG_DATUM(7);
 	values[9] = PG_GETARG_DATUM(8);
+	values[10] = PG_GETARG_DATUM(9);
 	if (PG_ARGISNULL(7))
 		nulls[8] = nulls[9] = 'n';
 	/* the registry keeps the dimensions of the rollup, the window first */
@@ -1130,9 +1234,10 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 		values[2] = PointerGetDatum(construct_array(d, def.ndims, TEXTOID, -1, false, TYPALIGN_INT));
 	}
 	RegistryExecNulls("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures,"
-					  " min_max, distinct_counts, window_width, allowed_lateness)"
-					  " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8, $9, $10)",
-					  10, types, values, nulls, 1);
+					  " min_max, distinct_counts, window_width, allowed_lateness, grouping)"
+					  " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8, $9, $10,"
+					  " $11)",
+					  11, types, values, nulls, 1);
 
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

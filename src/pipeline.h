@@ -13,6 +13,11 @@
 
 #include "exactonce.h"
 
+#define PIPELINE_MAX_SETS	256	/* grouping sets, and a cube's */
+
+/* the grouping of the cells of a rollup's level */
+#define CELL_LEVEL_MASK(level)	((uint32) ((UINT64CONST(1) << (level)) - 1))
+
 typedef enum PipelineMode
 {
 	PIPELINE_LATEST,
@@ -39,6 +44,9 @@ typedef struct Pipeline
 	int			ndistinct;		/* text columns whose distinct values each
 								 * cell counts */
 	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	bool		rollup;			/* the cells are the levels of a rollup */
+	int			nsets;			/* the cells' groupings: a bit per dimension */
+	uint32		sets[PIPELINE_MAX_SETS];
 	bool		windowed;		/* dims[0] is window_start, from event_time */
 	int64		window_us;		/* the windows' width */
 	int64		lateness_us;	/* allowed lateness */

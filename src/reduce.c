@@ -122,6 +122,19 @@ BuildAdvanceWatermark(Pipeline *p)
 }
 
 /*
+ * StagedGrouping returns the grouping of a staged cell: staged as its level
+ * in a rollup, else as the grouping itself, which must be the pipeline's.
+ */
+static uint32
+StagedGrouping(Pipeline *p, int32 staged)
+{
+	for (int s = 0; s < p->nsets; s++)
+		if (p->rollup ? staged == s : (uint32) staged == p->sets[s])
+			return p->sets[s];
+	elog(ERROR, "staged batch of pipeline \"%s\" names a cell of no grouping", p->name);
+}
+
+/*
  * MergeStaged adds the staged batches of tt (LedgerLockStaged) to the cell
  * table and returns their tokens.
  */
@@ -188,7 +201,8 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 						DatumGetNumeric(ext[c * CELL_NEXT(p) + i]);
 			}
 			memset(change.distinct, 0, sizeof(change.distinct));
-			CellTableAdd(cells, p, DatumGetInt32(levels[c]), &cellv[c * p->ndims], &change);
+			CellTableAdd(cells, p, StagedGrouping(p, DatumGetInt32(levels[c])),
+						 &cellv[c * p->ndims], &change);
 		}
 		if (members)
 			DistinctMergeStaged(p, tup, desc, 9, members);

@@ -1,0 +1,101 @@
+-- test/pgtap/random_grouping.sql
+--
+-- CUBE and explicit grouping sets, against an oracle computed from the
+-- generated events alone (GROUP BY CUBE and GROUPING SETS over each key's
+-- latest version), checked after every batch.
+--
+-- About 3,000 keys, each with 0..12 versions that move between cells and
+-- are tombstones, about 10% sent twice, all shuffled, in eight chunks, into
+-- a pipeline with grouping 'cube' over three dimensions and one with the
+-- grouping sets (book, desk), (region), ().
+--
+-- Everything happens in one transaction that is rolled back.
+
+BEGIN;
+SELECT plan(22);
+
+SELECT lives_ok(
+	$$SELECT exactonce.create_pipeline('tap_cube', ARRAY['book', 'desk', 'region'],
+		measures => ARRAY['qty'], grouping => 'cube')$$,
+	'create_pipeline with grouping cube');
+SELECT lives_ok(
+	$$SELECT exactonce.create_pipeline('tap_sets', ARRAY['book', 'desk', 'region'],
+		grouping => '(book, desk), (region), ()')$$,
+	'create_pipeline with grouping sets (book, desk), (region), ()');
+SELECT results_eq($$SELECT name, grouping FROM exactonce.pipelines WHERE name LIKE 'tap_%' ORDER BY name$$,
+	$$VALUES ('tap_cube'::name, 'cube'), ('tap_sets'::name, '(book, desk), (region), ()')$$,
+	'exactonce.pipelines shows the groupings');
+
+DO $$ BEGIN PERFORM setseed(0.24); END $$;
+
+CREATE TEMP TABLE distinct_events AS
+SELECT format('k%s', k) AS key, (v * 10 + floor(random() * 10))::bigint AS version,
+	   round((random() * 200 - 100)::numeric, 2) AS value,
+	   (ARRAY['b1', 'b2', 'b3'])[1 + floor(random() * 3)::int] AS book,
+	   (ARRAY['d1', 'd2', 'd3', 'd4'])[1 + floor(random() * 4)::int] AS desk,
+	   (ARRAY['EMEA', 'APAC'])[1 + floor(random() * 2)::int] AS region,
+	   CASE WHEN random() < 0.2 THEN NULL ELSE round((random() * 10)::numeric, 1) END AS qty,
+	   random() < 0.1 AS deleted
+FROM generate_series(1, 3000) AS k, generate_series(1, (k * 7919 % 13)) AS v;
+
+CREATE TEMP TABLE produced AS
+WITH copies AS (
+	SELECT * FROM distinct_events
+	UNION ALL
+	SELECT * FROM distinct_events WHERE random() < 0.10
+), ordered AS (
+	SELECT c.*, row_number() OVER (ORDER BY random()) AS arrival FROM copies AS c
+)
+SELECT o.*, (1 + (o.arrival - 1) * 8 / (SELECT count(*) FROM ordered))::int AS chunk
+FROM ordered AS o;
+
+SELECT cmp_ok((SELECT count(*) FROM produced), '>=', 18000::bigint, 'generator: at least 18,000 events');
+SELECT cmp_ok((SELECT count(*) FROM (SELECT key FROM distinct_events GROUP BY key
+			   HAVING count(DISTINCT (book, desk, region)) > 1) AS m), '>', 1000::bigint,
+	'generator: keys that move between cells');
+
+CREATE FUNCTION pg_temp.latest(c int) RETURNS SETOF distinct_events LANGUAGE sql AS $$
+	SELECT DISTINCT ON (key) key, version, value, book, desk, region, qty, deleted
+	FROM produced WHERE chunk <= c ORDER BY key, version DESC
+$$;
+
+CREATE FUNCTION pg_temp.deliver_and_check()
+RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+BEGIN
+	FOR c IN 1..8 LOOP
+		INSERT INTO tap_cube.ingest (key, version, value, book, desk, region, qty, deleted)
+		SELECT key, version, value, book, desk, region, qty, deleted FROM produced WHERE chunk = c ORDER BY arrival;
+		INSERT INTO tap_sets.ingest (key, version, value, book, desk, region, deleted)
+		SELECT key, version, value, book, desk, region, deleted FROM produced WHERE chunk = c ORDER BY arrival;
+		PERFORM exactonce.flush('tap_cube');
+		PERFORM exactonce.flush('tap_sets');
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT 3 - (GROUPING(book) + GROUPING(desk) + GROUPING(region)) AS level, book, desk, region,
+					   sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count
+				FROM pg_temp.latest(%1$s) WHERE NOT deleted GROUP BY CUBE (book, desk, region)),
+			agg AS (SELECT level, book, desk, region, total, keys, qty_sum, qty_count FROM tap_cube.aggregates)
+			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
+			format('cube: after chunk %s, every cell equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT 3 - (GROUPING(book) + GROUPING(desk) + GROUPING(region)) AS level, book, desk, region,
+					   sum(value) AS total, count(*) AS keys
+				FROM pg_temp.latest(%1$s) WHERE NOT deleted
+				GROUP BY GROUPING SETS ((book, desk), (region), ())),
+			agg AS (SELECT level, book, desk, region, total, keys FROM tap_sets.aggregates)
+			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
+			format('grouping sets: after chunk %s, every cell equals the oracle', c));
+	END LOOP;
+END
+$$;
+
+SELECT * FROM pg_temp.deliver_and_check();
+
+SELECT is((SELECT count(*) FROM tap_cube.aggregates WHERE level = 1 AND book IS NULL AND desk IS NULL),
+	2::bigint, 'cube: a cell per region alone, which a rollup does not have');
+
+ROLLBACK;
