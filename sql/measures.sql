@@ -29,6 +29,9 @@ WHERE attrelid IN ('risk.ingest'::regclass, 'risk.state'::regclass, 'risk.aggreg
   AND (attname ~ '^(qty|fee|value)' OR attname = 'total')
 ORDER BY attrelid::regclass::text, attnum;
 SELECT name, measures, min_max FROM exactonce.pipelines;
+SELECT attname, col_description(attrelid, attnum) FROM pg_attribute
+WHERE attrelid = 'risk.aggregates'::regclass AND col_description(attrelid, attnum) IS NOT NULL
+ORDER BY attnum;
 
 -- a: in d1/b1; b: d1/b2 without a fee; c: d2/b1 without a fee; d: d1/b1
 INSERT INTO risk.ingest (key, version, value, desk, book, qty, fee) VALUES

@@ -19,6 +19,7 @@ END $$;
 SELECT exactonce.create_pipeline('runs', ARRAY['runner'], 'accumulate',
 	window_width => '10 minutes', allowed_lateness => '5 minutes');
 SELECT name, dimensions, window_width, allowed_lateness FROM exactonce.pipelines;
+SELECT col_description('runs.aggregates'::regclass, 1), obj_description('runs.windows'::regclass);
 
 -- the window's start is the first dimension: computed, never sent
 SELECT attrelid::regclass, attname, format_type(atttypid, atttypmod)

@@ -589,6 +589,56 @@ AppendAggregateMeasures(StringInfo sql, Pipeline *def)
 }
 
 /*
+ * AppendColumnComment appends a COMMENT ON COLUMN of the aggregates.
+ */
+static void
+AppendColumnComment(StringInfo sql, Pipeline *def, const char *column, const char *comment)
+{
+	appendStringInfo(sql, "COMMENT ON COLUMN %s.aggregates.%s IS %s;\n",
+					 quote_identifier(def->name), quote_identifier(column),
+					 quote_literal_cstr(psprintf("exactonce: %s", comment)));
+}
+
+/*
+ * AppendAggregateComments says what each declared column of the aggregates
+ * holds.
+ */
+static void
+AppendAggregateComments(StringInfo sql, Pipeline *def)
+{
+	if (def->windowed)
+		AppendColumnComment(sql, def, PIPELINE_WINDOW_DIM,
+							psprintf("start of the cell's window of event_time, " INT64_FORMAT " %s wide (ISO 8601, UTC); the first dimension",
+									 def->window_us % USECS_PER_SEC == 0 ? def->window_us / USECS_PER_SEC : def->window_us,
+									 def->window_us % USECS_PER_SEC == 0 ? "seconds" : "microseconds"));
+	for (int i = 0; i < def->nmeasures; i++)
+	{
+		const char *m = def->measures[i];
+
+		AppendColumnComment(sql, def, psprintf("%s_sum", m),
+							psprintf("sum of %s over the cell's contributions that have it (0 if none)", m));
+		AppendColumnComment(sql, def, psprintf("%s_count", m),
+							psprintf("how many of the cell's contributions have %s", m));
+		AppendColumnComment(sql, def, psprintf("%s_avg", m),
+							psprintf("trim_scale(%s_sum) / %s_count, NULL if none has %s", m, m, m));
+	}
+	for (int slot = 0; slot <= def->nmeasures; slot++)
+	{
+		const char *m = PipelineExtremumName(def, slot);
+
+		if (!def->min_max[slot])
+			continue;
+		AppendColumnComment(sql, def, psprintf("%s_min", m),
+							psprintf("least %s among the cell's contributions, exact as they come and go", m));
+		AppendColumnComment(sql, def, psprintf("%s_max", m),
+							psprintf("greatest %s among the cell's contributions, exact as they come and go", m));
+	}
+	for (int i = 0; i < def->ndistinct; i++)
+		AppendColumnComment(sql, def, psprintf("%s_distinct", def->distincts[i]),
+							psprintf("number of distinct %s values among the cell's contributions", def->distincts[i]));
+}
+
+/*
  * BuildPipelineDDL returns the statements that create a pipeline's schema.
  */
 static char *
@@ -726,6 +776,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 s, s, def->rollup ?
 					 "'exactonce: one row per non-empty rollup cell (level k groups by the first k dimensions)'" :
 					 "'exactonce: one row per non-empty cell of the pipeline''s grouping sets (level: how many dimensions the cell groups by; NULL in those it does not)'");
+	AppendAggregateComments(&sql, def);
 
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
