@@ -15,9 +15,9 @@ EXCEPTION WHEN others THEN
 	RETURN state || ': ' || msg || coalesce(' | HINT: ' || nullif(hint, ''), '');
 END $$;
 
-SELECT exactonce.create_pipeline('c', ARRAY['region', 'desk'], grouping => 'cube');
-SELECT exactonce.create_pipeline('g', ARRAY['region', 'desk'], grouping => '(desk), ( )');
-SELECT name, grouping FROM exactonce.pipelines ORDER BY name;
+SELECT exactonce.create_pipeline('c', ARRAY['region', 'desk'], grouping_sets => 'cube');
+SELECT exactonce.create_pipeline('g', ARRAY['region', 'desk'], grouping_sets => '(desk), ( )');
+SELECT name, grouping_sets FROM exactonce.pipelines ORDER BY name;
 SELECT obj_description('g.aggregates'::regclass);
 
 INSERT INTO c.ingest (key, version, value, region, desk) VALUES
@@ -36,17 +36,17 @@ SELECT exactonce.flush('c');
 SELECT level, region, desk, total, keys FROM c.aggregates ORDER BY level, region NULLS FIRST, desk NULLS FIRST;
 
 -- bad groupings
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => 'cubes')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '(a, c)')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '(a, a)')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '(a), (a)')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '(a) (b)')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '(a')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => '')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => 'cubes')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a, c)')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a, a)')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a), (a)')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a) (b)')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => NULL)$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'],
-	grouping => 'cube')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping => 'cube',
+	grouping_sets => 'cube')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => 'cube',
 	min_max => ARRAY['value'])$$);
 SELECT count(*) AS pipelines FROM exactonce.pipeline;
 

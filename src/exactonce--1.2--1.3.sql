@@ -19,7 +19,7 @@ ALTER TABLE exactonce.pipeline
 	ADD COLUMN distinct_counts text[] NOT NULL DEFAULT '{}',
 	ADD COLUMN window_width interval,
 	ADD COLUMN allowed_lateness interval,
-	ADD COLUMN grouping text NOT NULL DEFAULT 'rollup';
+	ADD COLUMN grouping_sets text NOT NULL DEFAULT 'rollup';
 COMMENT ON COLUMN exactonce.pipeline.measures IS
 	'numeric measures of each event besides value: each aggregates row carries <measure>_sum, _count and _avg';
 COMMENT ON COLUMN exactonce.pipeline.min_max IS
@@ -28,7 +28,7 @@ COMMENT ON COLUMN exactonce.pipeline.distinct_counts IS
 	'text columns of each event whose distinct values each aggregates row counts, as <column>_distinct';
 COMMENT ON COLUMN exactonce.pipeline.window_width IS
 	'width of the tumbling event-time windows, whose start is the first dimension (window_start); NULL: no windows';
-COMMENT ON COLUMN exactonce.pipeline.grouping IS
+COMMENT ON COLUMN exactonce.pipeline.grouping_sets IS
 	'the cells of the aggregates: rollup (level k groups by the first k dimensions), cube (every subset of them), or grouping sets such as (region, desk), (region), ()';
 COMMENT ON COLUMN exactonce.pipeline.allowed_lateness IS
 	'how long after its end a window takes readings: then it is final, and a later reading for it is too late';
@@ -46,16 +46,16 @@ CREATE FUNCTION exactonce.create_pipeline(name text, dimensions text[],
 										  distinct_counts text[] DEFAULT '{}',
 										  window_width interval DEFAULT NULL,
 										  allowed_lateness interval DEFAULT '0',
-										  grouping text DEFAULT 'rollup')
+										  grouping_sets text DEFAULT 'rollup')
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_create_pipeline'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.create_pipeline(text, text[], text, integer, text[], text[], text[], interval, interval, text) IS
-	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel; measures: numeric columns besides value, summed, counted and averaged per cell; min_max: measures (value among them) whose min and max each cell keeps; distinct_counts: text columns whose distinct values each cell counts; window_width: tumbling windows of event_time, the first dimension (accumulate mode); allowed_lateness: how long after its end a window takes readings; grouping: rollup, cube or grouping sets such as (region, desk), (region), ()';
+	'create a pipeline: schema "name" with ingest, state, aggregates, dead_letters, ledger, progress and shard; shards key shards are drained in parallel; measures: numeric columns besides value, summed, counted and averaged per cell; min_max: measures (value among them) whose min and max each cell keeps; distinct_counts: text columns whose distinct values each cell counts; window_width: tumbling windows of event_time, the first dimension (accumulate mode); allowed_lateness: how long after its end a window takes readings; grouping_sets: rollup, cube or grouping sets such as (region, desk), (region), ()';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,
-		p.grouping
+		p.grouping_sets
 	FROM exactonce.pipeline_stats() s
 	JOIN exactonce.pipeline p ON p.name OPERATOR(pg_catalog.=) s.name;
 COMMENT ON VIEW exactonce.pipelines IS

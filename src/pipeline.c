@@ -420,7 +420,7 @@ BadGrouping(const char *grouping, const char *why)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid grouping \"%s\"", grouping),
+			 errmsg("invalid grouping_sets \"%s\"", grouping),
 			 errdetail("%s", why),
 			 errhint("Give 'rollup', 'cube', or grouping sets such as '(region, desk), (region), ()'.")));
 }
@@ -1052,7 +1052,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 }
 
 #define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts," \
-	" window_width, allowed_lateness, grouping"
+	" window_width, allowed_lateness, grouping_sets"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -1218,7 +1218,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 		if (PG_ARGISNULL(i) && i != 7)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts, allowed_lateness and grouping of a pipeline must not be NULL")));
+					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts, allowed_lateness and grouping_sets of a pipeline must not be NULL")));
 	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", def.name);
 	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
@@ -1237,9 +1237,9 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 	if (!def.rollup && (def.any_min_max || def.ndistinct > 0 || def.windowed))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("grouping \"%s\" does not go with min_max, distinct_counts or windows", grouping),
+				 errmsg("grouping_sets \"%s\" do not go with min_max, distinct_counts or windows", grouping),
 				 errdetail("Those read a cell's children level by level, which only a rollup has."),
-				 errhint("Use grouping => 'rollup' with them, or a second pipeline.")));
+				 errhint("Use grouping_sets => 'rollup' with them, or a second pipeline.")));
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -1285,7 +1285,7 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 		values[2] = PointerGetDatum(construct_array(d, def.ndims, TEXTOID, -1, false, TYPALIGN_INT));
 	}
 	RegistryExecNulls("INSERT INTO exactonce.pipeline (name, mode, dimensions, owner, shards, measures,"
-					  " min_max, distinct_counts, window_width, allowed_lateness, grouping)"
+					  " min_max, distinct_counts, window_width, allowed_lateness, grouping_sets)"
 					  " VALUES ($1::pg_catalog.name, $2, $3, $4::pg_catalog.regrole, $5, $6, $7, $8, $9, $10,"
 					  " $11)",
 					  11, types, values, nulls, 1);

@@ -13,7 +13,7 @@
 
 #include "exactonce.h"
 
-#define PIPELINE_MAX_SETS	256	/* grouping sets, and a cube's */
+#define PIPELINE_MAX_SETS	256 /* grouping sets, and a cube's */
 
 /* the grouping of the cells of a rollup's level */
 #define CELL_LEVEL_MASK(level)	((uint32) ((UINT64CONST(1) << (level)) - 1))

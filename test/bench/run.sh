@@ -33,10 +33,11 @@
 #      with two measures (qty on every event, fee on two in three; their sums,
 #      counts and averages), then with min and max of value and fee as well,
 #      then with the two measures and a distinct count of 1,000 counterparties;
-#      and the cost of event-time windows: the events as readings (accumulate
+#      the plain drain into a CUBE over the three dimensions (8 groupings
+#      against the rollup's 4); and the cost of event-time windows: the events as readings (accumulate
 #      mode, tombstones left out, each taken at a time within a day drawn from
 #      its trade and version) drained plain, then in ten-minute windows
-#      (--no-aggregates skips all five);
+#      (--no-aggregates skips all six);
 #   4. exactonce.flush() on the same pre-loaded queue in a fresh pipeline;
 #   5. sustained runs: the producer streams the same events at a fixed offered
 #      rate (default 50,000 events/s, the latency target's), at the throughput
@@ -305,6 +306,7 @@ label() {
 	eo_measures) echo "worker drain, 2 measures" ;;
 	eo_minmax) echo "worker drain, + min/max" ;;
 	eo_distinct) echo "worker drain, + distinct" ;;
+	eo_cube) echo "worker drain, cube" ;;
 	eo_readings) echo "worker drain, accumulate" ;;
 	eo_windows) echo "accumulate, in windows" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
@@ -698,6 +700,46 @@ SQL
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
 }
 
+# cube_run RUN: section 3's worker drain into a pipeline whose cells are the
+# CUBE of its dimensions; exact when they equal GROUP BY CUBE over the
+# producer's final state, and the counters add up.
+cube_run() {
+	local run=$1 diff counters
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS, grouping_sets => 'cube');
+SELECT exactonce.pause('$PIPE');
+SQL
+	load_queue
+	sql -c "CHECKPOINT" >/dev/null
+	WPID=$(worker_pids)
+	L0=$(sql -c "SELECT pg_current_wal_lsn()")
+	T0=$(now)
+	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
+	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$EVENTS" --view-every 0 --timeout 900 \
+		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
+		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
+	DONE=$(mon_value "$run" done_at)
+	SECS=$(calc "%.3f" "$DONE - $T0")
+	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	IFS='|' read -r diff counters < <(sql -F '|' <<SQL
+SELECT bench.diff('(SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPE.aggregates) a',
+	'(SELECT risk_type, region, trade_desk,
+	         3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)), sum(value), count(*)
+	  FROM bench.truth_state WHERE NOT deleted GROUP BY CUBE (risk_type, region, trade_desk)) t'),
+       ingested = applied + duplicates + stale + dead_lettered AND dead_lettered = 0 AND ingested = $EVENTS
+FROM exactonce.pipelines WHERE name = '$PIPE';
+SQL
+)
+	VERDICT=PASS
+	[ "$diff" = 0 ] || VERDICT="FAIL: $diff aggregate rows differ from GROUP BY CUBE of the truth"
+	[ "$counters" = t ] || VERDICT="FAIL: counters do not add up${VERDICT#PASS}"
+	record "$run" "$EVENTS" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates)"
+	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
+}
+
 # windows_run RUN WIDTH: section 3's worker drain of the events as readings
 # into an accumulate pipeline, in windows of WIDTH (a SQL interval, or NULL
 # for none) with a lateness that takes every reading; exact when its
@@ -763,6 +805,7 @@ SQL
 	aggregates_run eo_measures "'{}'"
 	aggregates_run eo_minmax "ARRAY['value', 'fee']"
 	aggregates_run eo_distinct "'{}'" distinct
+	cube_run eo_cube
 	windows_run eo_readings NULL
 	windows_run eo_windows "'10 minutes'"
 	sql -c "DROP TABLE bench.events" >/dev/null
@@ -1138,7 +1181,7 @@ say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / nai
 [ "$AGGREGATES" = 0 ] ||
 	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
 [ "$AGGREGATES" = 0 ] ||
-	say "  accumulate, in windows / plain accumulate  $(ratio eo_windows eo_readings)"
+	say "  worker drain, cube / plain           $(ratio eo_cube eo_workers);  accumulate, in windows / plain accumulate $(ratio eo_windows eo_readings)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
 	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"

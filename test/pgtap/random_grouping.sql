@@ -16,13 +16,13 @@ SELECT plan(22);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_cube', ARRAY['book', 'desk', 'region'],
-		measures => ARRAY['qty'], grouping => 'cube')$$,
+		measures => ARRAY['qty'], grouping_sets => 'cube')$$,
 	'create_pipeline with grouping cube');
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_sets', ARRAY['book', 'desk', 'region'],
-		grouping => '(book, desk), (region), ()')$$,
+		grouping_sets => '(book, desk), (region), ()')$$,
 	'create_pipeline with grouping sets (book, desk), (region), ()');
-SELECT results_eq($$SELECT name, grouping FROM exactonce.pipelines WHERE name LIKE 'tap_%' ORDER BY name$$,
+SELECT results_eq($$SELECT name, grouping_sets FROM exactonce.pipelines WHERE name LIKE 'tap_%' ORDER BY name$$,
 	$$VALUES ('tap_cube'::name, 'cube'), ('tap_sets'::name, '(book, desk), (region), ()')$$,
 	'exactonce.pipelines shows the groupings');
 
