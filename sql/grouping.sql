@@ -46,8 +46,10 @@ SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], gro
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => NULL)$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'],
 	grouping_sets => 'cube')$$);
-SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => 'cube',
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], grouping_sets => '(a), ()',
 	min_max => ARRAY['value'])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a', 'b'], 'accumulate',
+	grouping_sets => 'cube', window_width => '1 hour')$$);
 SELECT count(*) AS pipelines FROM exactonce.pipeline;
 
 SELECT exactonce.drop_pipeline('c');

@@ -27,6 +27,7 @@
 
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
+#include "port/pg_bitutils.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -48,7 +49,7 @@ DistinctTableCreate(void)
  * MemberAdd adds n contributions of value to column col of one cell.
  */
 static void
-MemberAdd(HTAB *members, int level, Datum *dims, int col, Datum value, int64 n)
+MemberAdd(HTAB *members, uint32 mask, Datum *dims, int col, Datum value, int64 n)
 {
 	text	   *t = (text *) DatumGetPointer(value);
 	int			len = VARSIZE_ANY_EXHDR(t);
@@ -59,7 +60,7 @@ MemberAdd(HTAB *members, int level, Datum *dims, int col, Datum value, int64 n)
 
 	suffix[0] = (char) col;
 	memcpy(suffix + 1, VARDATA_ANY(t), len);
-	key = CellKeyMake(CELL_LEVEL_MASK(level), dims, suffix, 1 + len);
+	key = CellKeyMake(mask, dims, suffix, 1 + len);
 	pfree(suffix);
 	m = hash_search(members, &key, HASH_ENTER, &found);
 	if (found)
@@ -68,8 +69,9 @@ MemberAdd(HTAB *members, int level, Datum *dims, int col, Datum value, int64 n)
 		m->n += n;
 		return;
 	}
-	m->level = level;
-	memcpy(m->dims, dims, sizeof(Datum) * level);
+	m->mask = mask;
+	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
+		m->dims[i] = (mask & (1u << i)) ? dims[i] : (Datum) 0;
 	m->col = col;
 	m->value = value;
 	m->n = n;
@@ -96,7 +98,7 @@ DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members)
 					 errhint("Pass the deltas exactonce.state_upsert() returned.")));
 		for (int j = 0; j < p->ndistinct; j++)
 			if (d->distincts[j] != (Datum) 0)
-				MemberAdd(members, p->ndims, d->cell, j, d->distincts[j], d->keys);
+				MemberAdd(members, CELL_LEVEL_MASK(p->ndims), d->cell, j, d->distincts[j], d->keys);
 	}
 }
 
@@ -132,10 +134,10 @@ DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols)
 			continue;
 		for (int i = 0; i < p->ndims; i++)
 		{
-			dn[i][n] = i >= m->level;
-			dv[i][n] = i < m->level ? m->dims[i] : (Datum) 0;
+			dn[i][n] = !(m->mask & (1u << i));
+			dv[i][n] = m->dims[i];
 		}
-		lv[n] = Int32GetDatum(m->level);
+		lv[n] = Int32GetDatum(pg_popcount32(m->mask));
 		cv[n] = Int32GetDatum(m->col);
 		vv[n] = m->value;
 		nv[n] = m->n;
@@ -187,7 +189,7 @@ DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB 
 		CHECK_FOR_INTERRUPTS();
 		if (col < 0 || col >= p->ndistinct || valuenulls[i])
 			elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
-		MemberAdd(members, p->ndims, &cellv[i * p->ndims], col, values[i],
+		MemberAdd(members, CELL_LEVEL_MASK(p->ndims), &cellv[i * p->ndims], col, values[i],
 				  DatumGetInt64(counts[i]));
 	}
 }
@@ -207,8 +209,9 @@ BuildDistinctUpsert(Pipeline *p)
 					 " SELECT (ARRAY[", s);
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, "%su.d%d", i > 0 ? ", " : "", i);
-	appendStringInfoString(&sql, "]::text[])[1:u.level], u.col, u.value, u.n"
-						   " FROM unnest($1::int4[]");
+	/* a rollup's cell is its prefix; another grouping's has NULLs */
+	appendStringInfo(&sql, "]::text[])%s, u.col, u.value, u.n FROM unnest($1::int4[]",
+					 p->rollup ? "[1:u.level]" : "");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", $%d::text[]", i + 2);
 	appendStringInfo(&sql, ", $%d::text[], $%d::text[], $%d::int8[]) AS u(level",
@@ -231,10 +234,12 @@ BuildDistinctDelete(Pipeline *p)
 }
 
 /*
- * ApplyLevel applies the changes of members, all of one level, to table
- * distincts, adds the change of each cell's distinct counts to its entry in
- * cells, and returns the changes it makes to the level above: one child
- * more or less that has a value.
+ * ApplyLevel applies the changes of members to table distincts, adds the
+ * change of each cell's distinct counts to its entry in cells, and returns
+ * the changes it makes further up, or NULL.  In a rollup, members are of
+ * one level, and the level above counts its children that have a value;
+ * in another grouping, the leaves (level) come first, and every other cell
+ * counts the leaves under it that have a value (level -1).
  */
 static HTAB *
 ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
@@ -248,7 +253,7 @@ ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 	ItemPointer gone;
 	Datum	   *goned;
 	int			ngone = 0;
-	HTAB	   *above = level > 0 ? DistinctTableCreate() : NULL;
+	HTAB	   *above = (p->rollup ? level > 0 : level == p->ndims) ? DistinctTableCreate() : NULL;
 	CellChange	none = {0};
 	SPITupleTable *rows;
 
@@ -288,7 +293,9 @@ ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 		int64		count = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		bool		inserted = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
 		Datum	   *cellv;
+		bool	   *cellnulls;
 		int			len;
+		uint32		mask = 0;
 		char	   *col;
 		int			j = 0;
 		int			flip;
@@ -314,18 +321,27 @@ ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 			elog(ERROR, "table distincts of pipeline \"%s\" names an unknown column \"%s\"",
 				 p->name, col);
 		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
-						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, NULL, &len);
-		if (len != level)
+						  TEXTOID, -1, false, TYPALIGN_INT, &cellv, &cellnulls, &len);
+		if (len > p->ndims || (p->rollup && len != level))
 			elog(ERROR, "table distincts of pipeline \"%s\" returned a cell of another level",
 				 p->name);
 		/* kept in cells and members after the rows are freed */
 		for (int i = 0; i < len; i++)
-			cellv[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(cellv[i]));
-		CellTableAdd(cells, p, CELL_LEVEL_MASK(level), cellv, &none)->change.distinct[j] += flip;
-		if (above)
-			MemberAdd(above, level - 1, cellv, j,
+			if (!cellnulls[i])
+			{
+				cellv[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(cellv[i]));
+				mask |= 1u << i;
+			}
+		CellTableAdd(cells, p, mask, cellv, &none)->change.distinct[j] += flip;
+		if (above && p->rollup)
+			MemberAdd(above, CELL_LEVEL_MASK(level - 1), cellv, j,
 					  PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 6, &isnull))),
 					  flip);
+		for (int s = 0; above && !p->rollup && s < p->nsets; s++)
+			if (p->sets[s] != mask)
+				MemberAdd(above, p->sets[s], cellv, j,
+						  PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 6, &isnull))),
+						  flip);
 		if (inserted)
 			continue;
 		gone[ngone] = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
@@ -353,6 +369,12 @@ ApplyLevel(Pipeline *p, HTAB *members, HTAB *cells, int level)
 void
 DistinctApply(Pipeline *p, HTAB *members, HTAB *cells)
 {
+	if (!p->rollup)
+	{
+		members = ApplyLevel(p, members, cells, p->ndims);
+		ApplyLevel(p, members, cells, -1);
+		return;
+	}
 	for (int level = p->ndims; members != NULL; level--)
 		members = ApplyLevel(p, members, cells, level);
 }

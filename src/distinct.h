@@ -19,8 +19,8 @@
 typedef struct Member
 {
 	CellKey		key;			/* cell, column and value; must be first */
-	int			level;
-	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* first "level" are set */
+	uint32		mask;			/* the cell's grouping (cell.h) */
+	Datum		dims[EXACTONCE_MAX_DIMENSIONS]; /* set where mask has a bit */
 	int			col;			/* Pipeline.distincts */
 	Datum		value;			/* text */
 	int64		n;

@@ -32,6 +32,7 @@
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
@@ -51,26 +52,30 @@ AppendColumn(StringInfo sql, Pipeline *p, int slot, const char *suffix)
 
 /*
  * AppendSameCell appends the condition that relation alias "other" is in
- * the cell of a, or under it, by the first n dimensions.
+ * the cell of a, or under it, by the dimensions of mask.
  */
 static void
-AppendSameCell(StringInfo sql, Pipeline *p, const char *other, int n)
+AppendSameCell(StringInfo sql, Pipeline *p, const char *other, uint32 mask)
 {
-	for (int i = 0; i < n; i++)
-		appendStringInfo(sql, " AND %s.%s = a.%s", other, quote_identifier(p->dims[i]),
-						 quote_identifier(p->dims[i]));
+	for (int i = 0; i < p->ndims; i++)
+		if (mask & (1u << i))
+			appendStringInfo(sql, " AND %s.%s = a.%s", other, quote_identifier(p->dims[i]),
+							 quote_identifier(p->dims[i]));
 }
 
 /*
  * BuildExtremaLevel: set the min and max of the given aggregates rows of one
- * level, by ctid; for the leaves from the values entering and leaving,
- * given per slot as four numeric[] (CELL_EXT order).
+ * grouping (mask), by ctid; for the leaves from the values entering and
+ * leaving, given per slot as four numeric[] (CELL_EXT order); for the cells
+ * of a rollup from their children one level down, for those of another
+ * grouping from the leaves under them.
  */
 static const char *
-BuildExtremaLevel(Pipeline *p, int level)
+BuildExtremaLevel(Pipeline *p, int mask)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(p->name);
+	int			level = pg_popcount32((uint32) mask);
 	bool		leaf = level == p->ndims;
 	bool		first = true;
 	int			arg;
@@ -95,8 +100,9 @@ BuildExtremaLevel(Pipeline *p, int level)
 			{
 				appendStringInfo(&sql, " = (SELECT %s(c.", fn);
 				AppendColumn(&sql, p, slot, fn);
-				appendStringInfo(&sql, ") FROM %s.aggregates c WHERE c.level = %d", s, level + 1);
-				AppendSameCell(&sql, p, "c", level);
+				appendStringInfo(&sql, ") FROM %s.aggregates c WHERE c.level = %d", s,
+								 p->rollup ? level + 1 : p->ndims);
+				AppendSameCell(&sql, p, "c", (uint32) mask);
 				appendStringInfoChar(&sql, ')');
 				continue;
 			}
@@ -109,7 +115,7 @@ BuildExtremaLevel(Pipeline *p, int level)
 				AppendColumn(&sql, p, slot, fn);
 				appendStringInfo(&sql, ") THEN (SELECT %s(st.%s) FROM %s.state st WHERE NOT st.deleted",
 								 fn, col, s);
-				AppendSameCell(&sql, p, "st", p->ndims);
+				AppendSameCell(&sql, p, "st", CELL_LEVEL_MASK(p->ndims));
 				appendStringInfoString(&sql, ") ");
 			}
 			else
@@ -158,13 +164,37 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 	Datum		values[1 + 4 * (1 + EXACTONCE_MAX_MEASURES)];
 	Oid			types[1 + 4 * (1 + EXACTONCE_MAX_MEASURES)];
 
+	uint32		leaf = CELL_LEVEL_MASK(p->ndims);
+	uint32	   *masks = palloc(sizeof(uint32) * Max(n, 1));
+
 	for (int i = 0; i < CELL_NEXT(p); i++)
 		ext[i] = palloc(sizeof(Numeric) * Max(n, 1));
-	for (int level = p->ndims; level >= 0; level--)
+	/* the grouping of each row, by its NULL dimensions */
+	for (uint64 r = 0; r < n; r++)
 	{
+		bool		isnull;
+
+		masks[r] = 0;
+		for (int i = 0; i < p->ndims; i++)
+		{
+			(void) SPI_getbinval(rows->vals[r], rows->tupdesc, 5 + i, &isnull);
+			if (!isnull)
+				masks[r] |= 1u << i;
+		}
+	}
+
+	/*
+	 * The leaves first, then a rollup's levels upwards (its groupings are in
+	 * level order), or another grouping's cells in any order
+	 */
+	for (int pass = 0; pass <= p->nsets; pass++)
+	{
+		uint32		mask = pass == 0 ? leaf : p->sets[p->nsets - pass];
 		int			count = 0;
 		int			nargs = 1;
 
+		if (pass > 0 && mask == leaf)
+			continue;
 		for (uint64 r = 0; r < n; r++)
 		{
 			HeapTuple	tup = rows->vals[r];
@@ -173,14 +203,14 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 			Cell	   *cell;
 
 			CHECK_FOR_INTERRUPTS();
-			if (gone[r] || DatumGetInt32(SPI_getbinval(tup, rows->tupdesc, 4, &isnull)) != level)
+			if (gone[r] || masks[r] != mask)
 				continue;
 			tids[count] = SPI_getbinval(tup, rows->tupdesc, 1, &isnull);
-			if (level == p->ndims)
+			if (mask == leaf)
 			{
 				for (int i = 0; i < p->ndims; i++)
 					dims[i] = SPI_getbinval(tup, rows->tupdesc, 5 + i, &isnull);
-				cell = CellTableFind(cells, CELL_LEVEL_MASK(level), dims);
+				cell = CellTableFind(cells, leaf, dims);
 				if (cell == NULL)
 					elog(ERROR, "aggregates upsert of pipeline \"%s\" returned a cell it was not given",
 						 p->name);
@@ -194,7 +224,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 		values[0] = PointerGetDatum(construct_array(tids, count, TIDOID, sizeof(ItemPointerData),
 													false, TYPALIGN_SHORT));
 		types[0] = TIDARRAYOID;
-		for (int slot = 0; level == p->ndims && slot <= p->nmeasures; slot++)
+		for (int slot = 0; mask == leaf && slot <= p->nmeasures; slot++)
 		{
 			static const int kinds[4] = {EXT_LO_IN, EXT_HI_IN, EXT_LO_OUT, EXT_HI_OUT};
 
@@ -206,7 +236,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 				types[nargs++] = NUMERICARRAYOID;
 			}
 		}
-		StatementExec(StatementPrepareLevel(p, BuildExtremaLevel, level, nargs, types),
+		StatementExec(StatementPrepareLevel(p, BuildExtremaLevel, (int) mask, nargs, types),
 					  values, NULL, count);
 	}
 }

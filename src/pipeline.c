@@ -1234,12 +1234,26 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 		CheckWindow(&def, PG_GETARG_INTERVAL_P(7), PG_GETARG_INTERVAL_P(8));
 	grouping = text_to_cstring(PG_GETARG_TEXT_PP(9));
 	ParseGrouping(&def, grouping);
-	if (!def.rollup && (def.any_min_max || def.ndistinct > 0 || def.windowed))
+	if (!def.rollup && def.windowed)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("grouping_sets \"%s\" do not go with min_max, distinct_counts or windows", grouping),
-				 errdetail("Those read a cell's children level by level, which only a rollup has."),
-				 errhint("Use grouping_sets => 'rollup' with them, or a second pipeline.")));
+				 errmsg("grouping_sets \"%s\" do not go with windows", grouping),
+				 errdetail("A window is the first level of a rollup."),
+				 errhint("Use grouping_sets => 'rollup' with windows.")));
+	if (!def.rollup && (def.any_min_max || def.ndistinct > 0))
+	{
+		bool		leaves = false;
+
+		for (int s = 0; s < def.nsets; s++)
+			leaves |= def.sets[s] == CELL_LEVEL_MASK(def.ndims);
+		if (!leaves)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("grouping_sets \"%s\" need the set of all dimensions for min_max and distinct_counts",
+							grouping),
+					 errdetail("Min, max and distinct counts of a cell are read from the cells of all dimensions under it."),
+					 errhint("Add the set of all dimensions, or use 'cube'.")));
+	}
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();

@@ -6,24 +6,33 @@
 --
 -- About 3,000 keys, each with 0..12 versions that move between cells and
 -- are tombstones, about 10% sent twice, all shuffled, in eight chunks, into
--- a pipeline with grouping 'cube' over three dimensions and one with the
--- grouping sets (book, desk), (region), ().
+-- a pipeline with grouping 'cube' over three dimensions, with a measure,
+-- min/max and a distinct count, one with the grouping sets (book, desk),
+-- (region), (), and one with the sets (book, desk, region), (desk), () and
+-- min/max and a distinct count.
 --
 -- Everything happens in one transaction that is rolled back.
 
 BEGIN;
-SELECT plan(22);
+SELECT plan(31);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_cube', ARRAY['book', 'desk', 'region'],
-		measures => ARRAY['qty'], grouping_sets => 'cube')$$,
-	'create_pipeline with grouping cube');
+		measures => ARRAY['qty'], min_max => ARRAY['value', 'qty'], distinct_counts => ARRAY['cpty'],
+		grouping_sets => 'cube')$$,
+	'create_pipeline with grouping cube, min/max and a distinct count');
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_sets', ARRAY['book', 'desk', 'region'],
 		grouping_sets => '(book, desk), (region), ()')$$,
 	'create_pipeline with grouping sets (book, desk), (region), ()');
+SELECT lives_ok(
+	$$SELECT exactonce.create_pipeline('tap_sets_all', ARRAY['book', 'desk', 'region'],
+		min_max => ARRAY['value'], distinct_counts => ARRAY['cpty'],
+		grouping_sets => '(book, desk, region), (desk), ()')$$,
+	'create_pipeline with grouping sets of all dimensions, (desk), (), min/max and a distinct count');
 SELECT results_eq($$SELECT name, grouping_sets FROM exactonce.pipelines WHERE name LIKE 'tap_%' ORDER BY name$$,
-	$$VALUES ('tap_cube'::name, 'cube'), ('tap_sets'::name, '(book, desk), (region), ()')$$,
+	$$VALUES ('tap_cube'::name, 'cube'), ('tap_sets'::name, '(book, desk), (region), ()'),
+			 ('tap_sets_all'::name, '(book, desk, region), (desk), ()')$$,
 	'exactonce.pipelines shows the groupings');
 
 DO $$ BEGIN PERFORM setseed(0.24); END $$;
@@ -35,6 +44,7 @@ SELECT format('k%s', k) AS key, (v * 10 + floor(random() * 10))::bigint AS versi
 	   (ARRAY['d1', 'd2', 'd3', 'd4'])[1 + floor(random() * 4)::int] AS desk,
 	   (ARRAY['EMEA', 'APAC'])[1 + floor(random() * 2)::int] AS region,
 	   CASE WHEN random() < 0.2 THEN NULL ELSE round((random() * 10)::numeric, 1) END AS qty,
+	   CASE WHEN random() < 0.1 THEN NULL ELSE format('cp%s', floor(random() * 30)) END AS cpty,
 	   random() < 0.1 AS deleted
 FROM generate_series(1, 3000) AS k, generate_series(1, (k * 7919 % 13)) AS v;
 
@@ -55,7 +65,7 @@ SELECT cmp_ok((SELECT count(*) FROM (SELECT key FROM distinct_events GROUP BY ke
 	'generator: keys that move between cells');
 
 CREATE FUNCTION pg_temp.latest(c int) RETURNS SETOF distinct_events LANGUAGE sql AS $$
-	SELECT DISTINCT ON (key) key, version, value, book, desk, region, qty, deleted
+	SELECT DISTINCT ON (key) key, version, value, book, desk, region, qty, cpty, deleted
 	FROM produced WHERE chunk <= c ORDER BY key, version DESC
 $$;
 
@@ -64,18 +74,23 @@ RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 BEGIN
 	FOR c IN 1..8 LOOP
-		INSERT INTO tap_cube.ingest (key, version, value, book, desk, region, qty, deleted)
-		SELECT key, version, value, book, desk, region, qty, deleted FROM produced WHERE chunk = c ORDER BY arrival;
+		INSERT INTO tap_cube.ingest (key, version, value, book, desk, region, qty, cpty, deleted)
+		SELECT key, version, value, book, desk, region, qty, cpty, deleted FROM produced WHERE chunk = c ORDER BY arrival;
+		INSERT INTO tap_sets_all.ingest (key, version, value, book, desk, region, cpty, deleted)
+		SELECT key, version, value, book, desk, region, cpty, deleted FROM produced WHERE chunk = c ORDER BY arrival;
 		INSERT INTO tap_sets.ingest (key, version, value, book, desk, region, deleted)
 		SELECT key, version, value, book, desk, region, deleted FROM produced WHERE chunk = c ORDER BY arrival;
 		PERFORM exactonce.flush('tap_cube');
 		PERFORM exactonce.flush('tap_sets');
+		PERFORM exactonce.flush('tap_sets_all');
 		RETURN NEXT is_empty(format(
 			$q$WITH oracle AS (
 				SELECT 3 - (GROUPING(book) + GROUPING(desk) + GROUPING(region)) AS level, book, desk, region,
-					   sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count
+					   sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count,
+					   min(value), max(value), min(qty), max(qty), count(DISTINCT cpty)
 				FROM pg_temp.latest(%1$s) WHERE NOT deleted GROUP BY CUBE (book, desk, region)),
-			agg AS (SELECT level, book, desk, region, total, keys, qty_sum, qty_count FROM tap_cube.aggregates)
+			agg AS (SELECT level, book, desk, region, total, keys, qty_sum, qty_count, value_min, value_max,
+						   qty_min, qty_max, cpty_distinct FROM tap_cube.aggregates)
 			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
 			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
 			format('cube: after chunk %s, every cell equals the oracle', c));
@@ -89,6 +104,17 @@ BEGIN
 			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
 			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
 			format('grouping sets: after chunk %s, every cell equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT 3 - (GROUPING(book) + GROUPING(desk) + GROUPING(region)) AS level, book, desk, region,
+					   sum(value) AS total, count(*) AS keys, min(value), max(value), count(DISTINCT cpty)
+				FROM pg_temp.latest(%1$s) WHERE NOT deleted
+				GROUP BY GROUPING SETS ((book, desk, region), (desk), ())),
+			agg AS (SELECT level, book, desk, region, total, keys, value_min, value_max, cpty_distinct
+					FROM tap_sets_all.aggregates)
+			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
+			format('grouping sets with min/max and a distinct count: after chunk %s, every cell equals the oracle', c));
 	END LOOP;
 END
 $$;
