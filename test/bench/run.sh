@@ -644,6 +644,21 @@ log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s (progress polled every 5
 
 # ---------------------------------------------------------------- 3b. richer aggregates
 
+# drain_timed RUN N: resume the paused pipeline and time its workers until
+# they have taken N events and staged none; sets SECS and WAL
+drain_timed() {
+	local run=$1 n=$2 l0 t0 wpid
+	wpid=$(worker_pids)
+	l0=$(sql -c "SELECT pg_current_wal_lsn()")
+	t0=$(now)
+	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
+	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$wpid" --reset-hwm --until-drained "$n" --view-every 0 --timeout 900 \
+		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
+		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
+	SECS=$(calc "%.3f" "$(mon_value "$run" done_at) - $t0")
+	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
+}
+
 # aggregates_run RUN MIN_MAX [DISTINCT]: section 3's worker drain into a
 # pipeline with measures qty = |value| and fee = value / 4 but none for
 # every third version, min and max of those MIN_MAX names (a SQL text[]),
@@ -668,16 +683,7 @@ SELECT $COLS, abs(value), CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END
 	[ -z "$distinct" ] || echo ", $CPTY") FROM bench.events;
 CHECKPOINT;
 SQL
-	WPID=$(worker_pids)
-	L0=$(sql -c "SELECT pg_current_wal_lsn()")
-	T0=$(now)
-	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
-	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$EVENTS" --view-every 0 --timeout 900 \
-		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
-		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
-	DONE=$(mon_value "$run" done_at)
-	SECS=$(calc "%.3f" "$DONE - $T0")
-	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	drain_timed "$run" "$EVENTS"
 	check_exactonce
 	measured=$(sql <<SQL
 SELECT bench.diff(
@@ -713,16 +719,7 @@ SELECT exactonce.pause('$PIPE');
 SQL
 	load_queue
 	sql -c "CHECKPOINT" >/dev/null
-	WPID=$(worker_pids)
-	L0=$(sql -c "SELECT pg_current_wal_lsn()")
-	T0=$(now)
-	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
-	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$EVENTS" --view-every 0 --timeout 900 \
-		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
-		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
-	DONE=$(mon_value "$run" done_at)
-	SECS=$(calc "%.3f" "$DONE - $T0")
-	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	drain_timed "$run" "$EVENTS"
 	IFS='|' read -r diff counters < <(sql -F '|' <<SQL
 SELECT bench.diff('(SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPE.aggregates) a',
 	'(SELECT risk_type, region, trade_desk,
@@ -763,16 +760,7 @@ SELECT key, version, value, risk_type, region, trade_desk, $TAKEN FROM bench.eve
 CHECKPOINT;
 SQL
 	N=$(sql -c "SELECT count(*) FROM bench.events WHERE NOT deleted")
-	WPID=$(worker_pids)
-	L0=$(sql -c "SELECT pg_current_wal_lsn()")
-	T0=$(now)
-	sql -c "SELECT exactonce.resume('$PIPE')" >/dev/null
-	"$OUT/benchmon" -p "$PIPE" -i 50 --pid "$WPID" --reset-hwm --until-drained "$N" --view-every 0 --timeout 900 \
-		-o "$OUT/drain-$run.csv" >"$OUT/mon-$run.out" 2>"$OUT/mon-$run.err" || {
-		echo "bench: the workers did not drain the queue in 900 s" >&2; exit 1; }
-	DONE=$(mon_value "$run" done_at)
-	SECS=$(calc "%.3f" "$DONE - $T0")
-	WAL=$(sql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$L0')")
+	drain_timed "$run" "$N"
 	IFS='|' read -r diff counters < <(sql -F '|' <<SQL
 SELECT bench.diff('(SELECT ${wcol}risk_type, region, trade_desk, level, total, keys FROM $PIPE.aggregates$(
 		[ -z "$wcol" ] || echo " WHERE level >= 1")) a',
