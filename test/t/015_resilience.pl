@@ -5,11 +5,11 @@
 # are killed with SIGKILL and the server is stopped with -m immediate.  The
 # aggregates must then equal the oracle computed from the generated events
 # (table truth), the accounting identity must hold, and the queue and
-# ledger must be empty.  A second pipeline takes the same stream with two
-# measures, one of them often missing, keeps min and max of value and of
-# that measure, which tombstones and moves retract, and counts the distinct
-# counterparties per cell: its sums, counts, averages, mins, maxes and
-# distinct counts must equal the oracle too.  A third pipeline, in
+# ledger must be empty.  A second pipeline takes the same stream into the
+# cells of a CUBE, with two measures, one of them often missing, keeps min
+# and max of value and of that measure, which tombstones and moves retract,
+# and counts the distinct counterparties per cell: its sums, counts,
+# averages, mins, maxes and distinct counts must equal the oracle too.  A third pipeline, in
 # accumulate mode, takes every version as a reading in the ten-minute
 # window of its event_time (with a lateness that takes them all), with the
 # same measures, min/max and distinct count: its windows must equal the
@@ -67,7 +67,7 @@ SELECT 't' || t, v, round((hashint8(t * 8 + v) % 2000000)::numeric / 100, 2),
 FROM generate_series(1, $trades) t, generate_series(0, 4) v;
 SELECT exactonce.create_pipeline('measured', ARRAY['risk_type', 'region', 'trade_desk'],
 	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'],
-	distinct_counts => ARRAY['cpty']);
+	distinct_counts => ARRAY['cpty'], grouping_sets => 'cube');
 SELECT exactonce.create_pipeline('windowed', ARRAY['risk_type'], 'accumulate',
 	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'],
 	distinct_counts => ARRAY['cpty'], window_width => '10 minutes',
@@ -267,14 +267,14 @@ oracle AS (
 		count(fee) AS fee_count, trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg, min(value) AS value_min,
 		max(value) AS value_max, min(fee) AS fee_min, max(fee) AS fee_max,
 		count(DISTINCT cpty) AS cpty_distinct
-	FROM latest WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
+	FROM latest WHERE NOT deleted GROUP BY CUBE (risk_type, region, trade_desk)),
 agg AS (SELECT risk_type, region, trade_desk, level, total, keys, qty_sum, qty_count, qty_avg,
 		fee_sum, fee_count, fee_avg, value_min, value_max, fee_min, fee_max, cpty_distinct
 		FROM measured.aggregates)
 SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
 	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
 	'0',
-	'measures, averages, mins, maxes and distinct counts of the second pipeline equal the oracle');
+	'the cube of measures, averages, mins, maxes and distinct counts of the second pipeline equals the oracle');
 is( $node->safe_psql(
 		$db, q{
 WITH readings AS (SELECT DISTINCT key, version, value, risk_type, qty, fee, cpty,
