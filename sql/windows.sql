@@ -63,6 +63,24 @@ INSERT INTO runs.ingest (key, version, value, runner, event_time) VALUES
 SELECT exactonce.flush('runs');
 SELECT key, version, reason FROM runs.dead_letters ORDER BY version;
 
+-- a time whose window does not start in the years 1 to 9999 is in no
+-- window: a dead letter, and the pipeline goes on
+INSERT INTO runs.ingest (key, version, value, runner, event_time) VALUES
+	('cal', 1, 1.0, 'cal', '4713-11-24 00:00:00+00 BC'),
+	('cal', 2, 1.0, 'cal', '294276-12-31 23:59:59+00'),
+	('cal', 3, 1.0, 'cal', 'infinity');
+SELECT exactonce.flush('runs');
+SELECT key, version, reason FROM runs.dead_letters WHERE key = 'cal' ORDER BY version;
+
+-- a caller's delta names a window as the state stage does, or is refused
+-- before reduce could read the watermark from it
+SELECT pg_temp.err($$SELECT exactonce.map_stage('runs',
+	ARRAY[ROW('x', 1, ARRAY['-4712-11-18T00:00:00Z', 'ann'], 1, 1, NULL, NULL)::exactonce.delta])$$);
+SELECT pg_temp.err($$SELECT exactonce.map_stage('runs',
+	ARRAY[ROW('x', 1, ARRAY['2024-05-01T08:03:00Z', 'ann'], 1, 1, NULL, NULL)::exactonce.delta])$$);
+SELECT pg_temp.err($$SELECT exactonce.map_stage('runs',
+	ARRAY[ROW('x', 1, ARRAY['soon', 'ann'], 1, 1, NULL, NULL)::exactonce.delta])$$);
+
 -- bad declarations
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], window_width => '1 hour')$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '1 month')$$);

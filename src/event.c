@@ -159,8 +159,11 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 		ev->event_time = GetCurrentTimestamp();
 	/* a time that is in no window is refused in the state stage */
 	if (p->windowed)
-		ev->dims[0] = TIMESTAMP_NOT_FINITE(ev->event_time) ? CStringGetTextDatum("") :
-			PipelineWindowStart(p, ev->event_time);
+	{
+		ev->dims[0] = PipelineWindowStart(p, ev->event_time);
+		if (ev->dims[0] == (Datum) 0)
+			ev->dims[0] = CStringGetTextDatum("");
+	}
 	return NULL;
 }
 

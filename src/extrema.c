@@ -174,6 +174,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 	{
 		bool		isnull;
 
+		CHECK_FOR_INTERRUPTS();
 		masks[r] = 0;
 		for (int i = 0; i < p->ndims; i++)
 		{

@@ -20,6 +20,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/typcache.h"
 
 #include "cell.h"
@@ -385,6 +386,28 @@ MeasuresFromArray(Pipeline *p, int i, Datum arr)
 }
 
 /*
+ * CheckWindowCell insists that a caller's delta names a window as the state
+ * stage does, the start of a window in its text: reduce reads the
+ * watermark from it.
+ */
+static void
+CheckWindowCell(Pipeline *p, int i, Datum start)
+{
+	char	   *given = TextDatumGetCString(start);
+	Datum		t = DirectFunctionCall3(timestamptz_in, CStringGetDatum(given),
+										ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+	Datum		canonical = TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(t)) ? (Datum) 0 :
+	PipelineWindowStart(p, DatumGetTimestampTz(t));
+
+	if (canonical == (Datum) 0 || strcmp(TextDatumGetCString(canonical), given) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d names window_start \"%s\", which starts no window of pipeline \"%s\"",
+						i + 1, given, p->name),
+				 errhint("Pass the deltas exactonce.state_upsert() returned.")));
+}
+
+/*
  * DeltasFromArray turns an exactonce.delta[] into deltas.
  */
 static Delta *
@@ -446,6 +469,8 @@ DeltasFromArray(Pipeline *p, ArrayType *arr, int *ndeltas)
 						 errmsg("delta %d has a NULL cell value", i + 1)));
 			deltas[i].cell[d] = cell[d];
 		}
+		if (p->windowed)
+			CheckWindowCell(p, i, deltas[i].cell[0]);
 		deltas[i].key = DatumGetTextPP(values[0]);
 		deltas[i].version = DatumGetInt64(values[1]);
 		deltas[i].total = DatumGetNumeric(values[3]);

@@ -333,8 +333,8 @@ IntervalMicros(const char *what, Interval *iv)
 }
 
 /*
- * PipelineWindowStartTime returns the start of the window that holds t.
- * Windows are aligned on 1970-01-01 00:00 UTC.
+ * PipelineWindowStartTime returns the start of the window that holds t, a
+ * finite time.  Windows are aligned on 1970-01-01 00:00 UTC.
  */
 TimestampTz
 PipelineWindowStartTime(Pipeline *p, TimestampTz t)
@@ -351,7 +351,8 @@ PipelineWindowStartTime(Pipeline *p, TimestampTz t)
  * text of window_start: ISO 8601 in UTC ("2024-05-01T10:05:00Z", with
  * microseconds when they are not 0), which sorts as the times do and reads
  * back as the same timestamptz whatever the session's settings.  Windows
- * are aligned on 1970-01-01 00:00 UTC.
+ * are aligned on 1970-01-01 00:00 UTC.  A window that does not start in
+ * the years 1 to 9999, which that text cannot say, is none: (Datum) 0.
  */
 Datum
 PipelineWindowStart(Pipeline *p, TimestampTz t)
@@ -360,8 +361,10 @@ PipelineWindowStart(Pipeline *p, TimestampTz t)
 	fsec_t		fsec;
 	char		buf[64];
 
-	if (timestamp2tm(PipelineWindowStartTime(p, t), NULL, &tm, &fsec, NULL, NULL) != 0)
-		elog(ERROR, "window start out of range");
+	if (TIMESTAMP_NOT_FINITE(t) ||
+		timestamp2tm(PipelineWindowStartTime(p, t), NULL, &tm, &fsec, NULL, NULL) != 0 ||
+		tm.tm_year < 1 || tm.tm_year > 9999)
+		return (Datum) 0;
 	if (fsec != 0)
 		snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year, tm.tm_mon,
 				 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);

@@ -327,6 +327,7 @@ AdvanceWatermark(Pipeline *p, HTAB *cells)
 	{
 		TimestampTz start;
 
+		CHECK_FOR_INTERRUPTS();
 		if (cell->level == 0 || cell->change.keys <= 0)
 			continue;
 		start = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,

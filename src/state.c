@@ -569,6 +569,15 @@ TooLate(StateWork *w, Event *ev)
 }
 
 /*
+ * BuildReadWatermark: the watermark of a pipeline with windows.
+ */
+static const char *
+BuildReadWatermark(Pipeline *p)
+{
+	return psprintf("SELECT watermark FROM %s.progress", quote_identifier(p->name));
+}
+
+/*
  * ReadWatermark reads the watermark of a pipeline with windows: as the
  * batch starts, so that readings of one batch do not make each other late.
  */
@@ -578,9 +587,7 @@ ReadWatermark(Pipeline *p)
 	bool		isnull;
 	Datum		d;
 
-	if (SPI_execute(psprintf("SELECT watermark FROM %s.progress", quote_identifier(p->name)),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not read the watermark of pipeline \"%s\"", p->name);
+	StatementExec(StatementPrepare(p, BuildReadWatermark, 0, NULL), NULL, NULL, 1);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	SPI_freetuptable(SPI_tuptable);
 	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
@@ -915,8 +922,8 @@ Validate(StateWork *w, Event *ev)
 	else if (DistinctBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
 		AddDead(w, ev, psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
 								EXACTONCE_MAX_KEY_BYTES));
-	else if (w->p->windowed && TIMESTAMP_NOT_FINITE(ev->event_time))
-		AddDead(w, ev, pstrdup("event_time is infinite, in no window"));
+	else if (w->p->windowed && VARSIZE_ANY_EXHDR(DatumGetPointer(ev->dims[0])) == 0)
+		AddDead(w, ev, pstrdup("event_time is in no window: windows start in the years 1 to 9999"));
 	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
 		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
 	else
