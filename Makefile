@@ -28,10 +28,11 @@ OBJS = \
 	src/shmem.o \
 	src/worker.o \
 	src/once.o \
-	src/offsets.o
+	src/offsets.o \
+	src/view.o
 
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
-	src/$(EXTENSION)--1.2--1.3.sql
+	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out

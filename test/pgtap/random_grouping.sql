@@ -14,7 +14,7 @@
 -- Everything happens in one transaction that is rolled back.
 
 BEGIN;
-SELECT plan(31);
+SELECT plan(49);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_cube', ARRAY['book', 'desk', 'region'],
@@ -34,6 +34,16 @@ SELECT results_eq($$SELECT name, grouping_sets FROM exactonce.pipelines WHERE na
 	$$VALUES ('tap_cube'::name, 'cube'), ('tap_sets'::name, '(book, desk), (region), ()'),
 			 ('tap_sets_all'::name, '(book, desk, region), (desk), ()')$$,
 	'exactonce.pipelines shows the groupings');
+
+-- Views: one cell per row of the cube's (book, region), with its distinct
+-- counts, behind a filter; and the grouping sets' (book, desk) cells summed
+-- per book.
+SELECT lives_ok(
+	$$SELECT exactonce.create_view('tap_cube', 'book_region', ARRAY['book', 'region AS area'], $f$book <> 'b3'$f$)$$,
+	'create_view over a grouping of the cube, with a filter');
+SELECT lives_ok(
+	$$SELECT exactonce.create_view('tap_sets', 'books', ARRAY['book'])$$,
+	'create_view over the cells of a grouping set that has more dimensions');
 
 DO $$ BEGIN PERFORM setseed(0.24); END $$;
 
@@ -115,6 +125,24 @@ BEGIN
 			(SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
 			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg)$q$, c),
 			format('grouping sets with min/max and a distinct count: after chunk %s, every cell equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT book, region, sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum,
+					   count(qty) AS qty_count, min(value), max(value), min(qty), max(qty), count(DISTINCT cpty)
+				FROM pg_temp.latest(%1$s) WHERE NOT deleted AND book <> 'b3' GROUP BY book, region),
+			v AS (SELECT book, area, total, keys, qty_sum, qty_count, value_min, value_max, qty_min, qty_max,
+						 cpty_distinct FROM tap_cube.book_region)
+			(SELECT * FROM v EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM v)$q$, c),
+			format('cube view: after chunk %s, every row equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT book, sum(value) AS total, count(*) AS keys
+				FROM pg_temp.latest(%1$s) WHERE NOT deleted GROUP BY book),
+			v AS (SELECT book, total, keys FROM tap_sets.books)
+			(SELECT * FROM v EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM v)$q$, c),
+			format('grouping sets view: after chunk %s, every row equals the oracle', c));
 	END LOOP;
 END
 $$;

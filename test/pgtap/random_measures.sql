@@ -19,7 +19,7 @@
 -- Everything happens in one transaction that is rolled back.
 
 BEGIN;
-SELECT plan(41);
+SELECT plan(67);
 
 SELECT lives_ok(
 	$$SELECT exactonce.create_pipeline('tap_measures', ARRAY['book', 'desk'], 'latest',
@@ -33,6 +33,16 @@ SELECT lives_ok(
 	'create_pipeline with measures qty, fee, min_max value, qty and distinct_counts cpty (accumulate)');
 
 DO $$ BEGIN PERFORM setseed(0.16); END $$;
+
+-- Two named views, each fed by its pipeline's one drain: a filter on a
+-- dimension they do not group by, and a computed key.
+SELECT lives_ok(
+	$$SELECT exactonce.create_view('tap_measures', 'desks_but_b1', ARRAY['desk'], $f$book <> 'b1'$f$)$$,
+	'create_view with a filter on a dimension it does not group by');
+SELECT lives_ok(
+	$$SELECT exactonce.create_view('tap_measures_acc', 'sides',
+		ARRAY[$k$CASE WHEN desk IN ('d1', 'd2') THEN 'front' ELSE 'back' END AS side$k$])$$,
+	'create_view with a computed key');
 
 CREATE TEMP TABLE distinct_events AS
 SELECT format('trade-%s', k) AS key,
@@ -143,6 +153,36 @@ BEGIN
 					   fee_sum, fee_count, fee_avg, value_min, value_max, qty_min, qty_max, cpty_distinct
 				FROM tap_measures_acc.aggregates)$q$, c),
 			format('accumulate: after chunk %s, every measure, min and max equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT desk, sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum,
+					   count(qty) AS qty_count, trim_scale(sum(qty)) / nullif(count(qty), 0) AS qty_avg,
+					   coalesce(sum(fee), 0) AS fee_sum, count(fee) AS fee_count,
+					   trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg,
+					   min(value), max(value), min(fee), max(fee)
+				FROM (SELECT DISTINCT ON (key) * FROM produced WHERE chunk <= %1$s
+					  ORDER BY key, version DESC) AS latest
+				WHERE NOT deleted AND book <> 'b1' GROUP BY desk),
+			v AS (SELECT desk, total, keys, qty_sum, qty_count, qty_avg, fee_sum, fee_count, fee_avg,
+						 value_min, value_max, fee_min, fee_max FROM tap_measures.desks_but_b1)
+			(SELECT * FROM v EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM v)$q$, c),
+			format('latest: after chunk %s, the filtered view equals the oracle', c));
+		RETURN NEXT is_empty(format(
+			$q$WITH oracle AS (
+				SELECT CASE WHEN desk IN ('d1', 'd2') THEN 'front' ELSE 'back' END AS side,
+					   sum(value) AS total, count(*) AS keys, coalesce(sum(qty), 0) AS qty_sum,
+					   count(qty) AS qty_count, coalesce(sum(fee), 0) AS fee_sum, count(fee) AS fee_count,
+					   trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg,
+					   min(value), max(value), min(qty), max(qty)
+				FROM (SELECT DISTINCT key, version, value, book, desk, qty, fee, cpty FROM produced
+					  WHERE chunk <= %1$s AND NOT deleted) AS readings
+				GROUP BY 1),
+			v AS (SELECT side, total, keys, qty_sum, qty_count, fee_sum, fee_count, fee_avg,
+						 value_min, value_max, qty_min, qty_max FROM tap_measures_acc.sides)
+			(SELECT * FROM v EXCEPT ALL SELECT * FROM oracle)
+			UNION ALL (SELECT * FROM oracle EXCEPT ALL SELECT * FROM v)$q$, c),
+			format('accumulate: after chunk %s, the view of a computed key equals the oracle', c));
 	END LOOP;
 END
 $$;

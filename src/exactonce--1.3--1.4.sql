@@ -1,0 +1,31 @@
+/*
+ * exactonce 1.3 -> 1.4: named aggregate views.
+ *
+ * exactonce.create_view() adds a view of a pipeline's cells with keys of
+ * its own (dimensions, or expressions over them) and a filter, fed by the
+ * pipeline's one drain.  Nothing else changes: pipelines are carried
+ * forward as they are.
+ */
+
+\echo Use "ALTER EXTENSION exactonce UPDATE TO '1.4'" to load this file. \quit
+
+CREATE FUNCTION exactonce.create_view(pipeline text, name text, group_by text[],
+									  filter text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_create_view'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.create_view(text, text, text[], text) IS
+	'create view "name" in the pipeline''s schema: its cells summed per group_by key (a dimension, or an expression over dimensions written as expression AS name), of the cells that pass filter (an expression over dimensions); read from the cells of the smallest grouping that has every dimension named; sums, counts, averages, min and max merge exactly, distinct counts are kept only where each row is one cell';
+
+CREATE OR REPLACE VIEW exactonce.pipelines AS
+	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,
+		p.grouping_sets,
+		ARRAY(SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c
+			  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+			  WHERE n.nspname OPERATOR(pg_catalog.=) p.name AND c.relkind OPERATOR(pg_catalog.=) 'v'
+				AND pg_catalog.obj_description(c.oid, 'pg_class') OPERATOR(pg_catalog.~~) 'exactonce view of %'
+			  ORDER BY c.relname) AS views
+	FROM exactonce.pipeline_stats() s
+	JOIN exactonce.pipeline p ON p.name OPERATOR(pg_catalog.=) s.name;
+COMMENT ON VIEW exactonce.pipelines IS
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures, those with min and max, the columns counted distinct, the windows, the grouping sets, and the views create_view made';
