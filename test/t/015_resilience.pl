@@ -68,6 +68,8 @@ FROM generate_series(1, $trades) t, generate_series(0, 4) v;
 SELECT exactonce.create_pipeline('measured', ARRAY['risk_type', 'region', 'trade_desk'],
 	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'fee'],
 	distinct_counts => ARRAY['cpty'], grouping_sets => 'cube');
+SELECT exactonce.create_view('measured', 'delta_desks', ARRAY['trade_desk', 'lower(region) AS area'],
+	'risk_type = ''Delta''');
 SELECT exactonce.create_pipeline('windowed', ARRAY['risk_type'], 'accumulate',
 	measures => ARRAY['qty', 'fee'], min_max => ARRAY['value', 'qty'],
 	distinct_counts => ARRAY['cpty'], window_width => '10 minutes',
@@ -275,6 +277,21 @@ SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle)
 	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
 	'0',
 	'the cube of measures, averages, mins, maxes and distinct counts of the second pipeline equals the oracle');
+is( $node->safe_psql(
+		$db, q{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM truth_measured ORDER BY key, version DESC),
+oracle AS (
+	SELECT trade_desk, lower(region) AS area, sum(value) AS total, count(*) AS keys,
+		coalesce(sum(fee), 0) AS fee_sum, count(fee) AS fee_count,
+		trim_scale(sum(fee)) / nullif(count(fee), 0) AS fee_avg, min(value), max(value), min(fee), max(fee)
+	FROM latest WHERE NOT deleted AND risk_type = 'Delta' GROUP BY 1, 2),
+v AS (SELECT trade_desk, area, total, keys, fee_sum, fee_count, fee_avg, value_min, value_max,
+		fee_min, fee_max FROM measured.delta_desks)
+SELECT (SELECT count(*) FROM (SELECT * FROM v EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM v) o)
+	+ (SELECT count(*) FROM v WHERE keys = 0)}),
+	'0',
+	'the named view of the second pipeline (Delta only, per desk and computed area) equals the oracle');
 is( $node->safe_psql(
 		$db, q{
 WITH readings AS (SELECT DISTINCT key, version, value, risk_type, qty, fee, cpty,
