@@ -40,7 +40,9 @@ SELECT call('exactonce.flush(text)', $$'nope'$$),
 	   call('exactonce.ingest_slot(regclass)', $$'args.state'$$),
 	   call('exactonce.ingest_slot_check(integer, regclass)', $$7, 'args.ingest'$$),
 	   call('exactonce.map_stage(text, exactonce.delta[], text, bigint)', $$'args', '{}', NULL, NULL$$),
-	   call('exactonce.state_upsert(text, anyarray)', $$'args', '{}'::text[]$$);
+	   call('exactonce.state_upsert(text, anyarray)', $$'args', '{}'::text[]$$),
+	   call('exactonce.wait_applied(text, interval)', $$'nope', '1 second'$$),
+	   call('exactonce.create_view(text, text, text[], text)', $$'nope', 'v', '{}', NULL$$);
 
 -- reduce_apply: three batches of one key that each build on the one before
 -- (k enters cell a, moves to b, then changes value in b)

@@ -34,8 +34,8 @@ SELECT exactonce.create_view('trades', 'b1_total', '{}', $$book = 'b1' -- a trai
 -- keys that are a grouping of the pipeline: one cell per row, with distinct counts
 SELECT exactonce.create_view('trades', 'region_desk', ARRAY['region', 'desk AS trading_desk'], $$desk <> 'd3'$$);
 
-SELECT * FROM trades.by_book ORDER BY book;
-SELECT * FROM trades.emea_desks ORDER BY desk;
+SELECT book, total, keys, qty_sum, qty_count, qty_avg, value_min, value_max, updated_at IS NOT NULL AS updated FROM trades.by_book ORDER BY book;
+SELECT desk, total, keys, qty_sum, qty_count, qty_avg, value_min, value_max FROM trades.emea_desks ORDER BY desk;
 SELECT region, kind, total, keys, qty_sum, qty_count, value_min, value_max FROM trades.book_kind ORDER BY 1, 2;
 SELECT total, keys, qty_sum, qty_count, qty_avg, value_min, value_max FROM trades.b1_total;
 SELECT region, trading_desk, total, keys, value_min, value_max, cpty_distinct FROM trades.region_desk ORDER BY 1, 2;
@@ -74,7 +74,7 @@ SELECT exactonce.flush('sets');
 SELECT exactonce.create_view('sets', 'books', ARRAY['book']);
 SELECT exactonce.create_view('sets', 'regions', ARRAY['lower(region) AS r']);
 SELECT exactonce.create_view('sets', 'everything', '{}');
-SELECT * FROM sets.books ORDER BY book;
+SELECT book, total, keys FROM sets.books ORDER BY book;
 SELECT r, total, keys FROM sets.regions ORDER BY r;
 SELECT total, keys FROM sets.everything;
 SELECT obj_description('sets.books'::regclass), obj_description('sets.everything'::regclass);
@@ -87,7 +87,7 @@ INSERT INTO runs.ingest (key, version, value, runner, event_time) VALUES
 	('r2', 1, 70, 'bob', '2026-01-01 11:15+00');
 SELECT exactonce.flush('runs');
 SELECT exactonce.create_view('runs', 'hourly', ARRAY[$$date_trunc('hour', window_start::timestamptz, 'UTC') AS hour$$, 'runner']);
-SELECT * FROM runs.hourly ORDER BY hour, runner;
+SELECT hour AT TIME ZONE 'UTC' AS hour_utc, runner, total, keys FROM runs.hourly ORDER BY hour, runner;
 
 -- refused
 SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY['trader'])$$);

@@ -1,5 +1,6 @@
 /*
- * exactonce 1.3 -> 1.4: named aggregate views.
+ * exactonce 1.3 -> 1.4: named aggregate views, waiting for what was
+ * committed to be applied.
  *
  * exactonce.create_view() adds a view of a pipeline's cells with keys of
  * its own (dimensions, or expressions over them) and a filter, fed by the
@@ -16,6 +17,13 @@ AS 'MODULE_PATHNAME', 'exactonce_create_view'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.create_view(text, text, text[], text) IS
 	'create view "name" in the pipeline''s schema: its cells summed per group_by key (a dimension, or an expression over dimensions written as expression AS name), of the cells that pass filter (an expression over dimensions); read from the cells of the smallest grouping that has every dimension named; sums, counts, averages, min and max merge exactly, distinct counts are kept only where each row is one cell';
+
+CREATE FUNCTION exactonce.wait_applied(pipeline text, timeout interval DEFAULT '1 minute')
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_wait_applied'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.wait_applied(text, interval) IS
+	'wait until every event committed to the pipeline''s queue before the call is in its aggregates; SQLSTATE EO003 once timeout is over; needs the library preloaded and the caller INSERT on the queue or SELECT on the aggregates';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,

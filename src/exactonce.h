@@ -42,6 +42,8 @@
 #define ERRCODE_EXACTONCE_INJECTED_FAULT	MAKE_SQLSTATE('E','O','0','0','1')
 /* SQLSTATE of a once() token reused with another payload */
 #define ERRCODE_EXACTONCE_TOKEN_MISMATCH	MAKE_SQLSTATE('E','O','0','0','2')
+/* wait_applied() timed out */
+#define ERRCODE_EXACTONCE_WAIT_TIMEOUT	MAKE_SQLSTATE('E','O','0','0','3')
 
 /*
  * TextCmp orders text by bytes, then length, as collation "C" does.

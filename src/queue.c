@@ -489,14 +489,15 @@ QueueHasRows(Pipeline *p, int slotno)
 
 /*
  * QueueDepth counts the rows waiting in the queue (those of the partitions
- * not truncated yet that a shard has still to take) and finds the oldest
- * waiting event_time.  It never waits for a lock: while a partition is
+ * not truncated yet that a shard has still to take), only those visible to
+ * snapshot before if it is not NULL, and finds the oldest waiting
+ * event_time.  It never waits for a lock: while a partition is
  * locked exclusively (a drain truncating it, until that commits or rolls
  * back) the depth is unknown and it returns -1.
  */
 int64
 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-		   QueuePosition *shards, TimestampTz *oldest)
+		   QueuePosition *shards, Snapshot before, TimestampTz *oldest)
 {
 	int64		depth = 0;
 	int64		seen[EXACTONCE_MAX_SHARDS] = {0};
@@ -534,6 +535,8 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 			CHECK_FOR_INTERRUPTS();
 			if (r < shards[shard].rotation ||
 				(r == shards[shard].rotation && ++seen[shard] <= shards[shard].count))
+				continue;
+			if (before != NULL && !table_tuple_satisfies_snapshot(rel, slot, before))
 				continue;
 			t = slot_getattr(slot, time_attnum, &isnull);
 			depth++;

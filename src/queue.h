@@ -10,6 +10,7 @@
 #define EXACTONCE_QUEUE_H
 
 #include "storage/lock.h"
+#include "utils/snapshot.h"
 #include "utils/timestamp.h"
 
 #include "event.h"
@@ -50,6 +51,6 @@ extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-						QueuePosition *shards, TimestampTz *oldest);
+						QueuePosition *shards, Snapshot before, TimestampTz *oldest);
 
 #endif							/* EXACTONCE_QUEUE_H */

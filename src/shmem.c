@@ -71,6 +71,7 @@ ShmemStartup(void)
 		exactonce_shared->lock = &(GetNamedLWLockTranche("exactonce"))->lock;
 		for (int i = 0; i < FAULT_STAGES; i++)
 			pg_atomic_init_u64(&exactonce_shared->faults[i], 0);
+		ConditionVariableInit(&exactonce_shared->applied);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -10,6 +10,7 @@
 #define EXACTONCE_SHMEM_H
 
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
@@ -59,6 +60,8 @@ typedef struct ExactonceShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint64 faults[FAULT_STAGES];	/* injected since server start */
+	ConditionVariable applied;	/* broadcast when a transaction that moved a
+								 * pipeline on commits (wait_applied) */
 	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } ExactonceShared;
 

@@ -218,22 +218,41 @@ WorkerWake(void)
 	LWLockRelease(exactonce_shared->lock);
 }
 
-/* WorkerWakeAtCommit was called in this transaction */
+/* WorkerWakeAtCommit and WorkerAppliedAtCommit were called in this transaction */
 static bool wake_at_commit = false;
+static bool applied_at_commit = false;
 
 /*
- * WakeAtCommit is the transaction callback of WorkerWakeAtCommit.  At
- * XACT_EVENT_COMMIT the transaction no longer counts as running, so the rows
- * it locked are free to the workers it wakes.
+ * WakeAtCommit is the transaction callback of WorkerWakeAtCommit and
+ * WorkerAppliedAtCommit.  At XACT_EVENT_COMMIT the transaction no longer
+ * counts as running, so the rows it locked are free to the workers it
+ * wakes, and what it applied is visible to the sessions it tells.
  */
 static void
 WakeAtCommit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT && wake_at_commit)
 		WorkerWake();
+	if (event == XACT_EVENT_COMMIT && applied_at_commit && exactonce_shared != NULL)
+		ConditionVariableBroadcast(&exactonce_shared->applied);
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
-		wake_at_commit = false;
+		wake_at_commit = applied_at_commit = false;
+}
+
+/*
+ * RegisterAtCommit registers WakeAtCommit once per process.
+ */
+static void
+RegisterAtCommit(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(WakeAtCommit, NULL);
+		registered = true;
+	}
 }
 
 /*
@@ -244,14 +263,20 @@ WakeAtCommit(XactEvent event, void *arg)
 void
 WorkerWakeAtCommit(void)
 {
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(WakeAtCommit, NULL);
-		registered = true;
-	}
+	RegisterAtCommit();
 	wake_at_commit = true;
+}
+
+/*
+ * WorkerAppliedAtCommit tells the sessions in wait_applied() to look again
+ * once the current transaction commits: it moved a shard's position or the
+ * queue's rotation on.
+ */
+void
+WorkerAppliedAtCommit(void)
+{
+	RegisterAtCommit();
+	applied_at_commit = true;
 }
 
 /*

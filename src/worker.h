@@ -11,6 +11,7 @@
 extern void WorkerInit(void);
 extern void WorkerWake(void);
 extern void WorkerWakeAtCommit(void);
+extern void WorkerAppliedAtCommit(void);
 
 /*
  * WorkerServes tells whether drain worker index (of nworkers) drains shard

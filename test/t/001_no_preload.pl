@@ -24,6 +24,9 @@ is( $node->safe_psql('postgres',
 ok($node->safe_psql('postgres', "SELECT exactonce.flush('trades')") > 5000,
 	'flush drains the queue');
 eo_check($node, 'postgres', 'loaded on first use');
+($rc, $out, $err) = $node->psql('postgres', "SELECT exactonce.wait_applied('trades', '1 second')");
+like($err, qr/ERROR:  exactonce.wait_applied\(\) needs exactonce in shared_preload_libraries/,
+	'wait_applied refuses at once: no worker would apply anything');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.batch_size; SHOW exactonce.batch_memory"),
 	"1\n100000\n64MB", 'once loaded, the settings of every backend exist');

@@ -1,0 +1,151 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *		Read your writes: wait until what was committed is in the aggregates.
+ *
+ * wait_applied() takes a snapshot as it starts, without the caller's own
+ * uncommitted rows, and waits until no row of the queue visible to it is
+ * left for a shard to take.  A shard's position moves in the transaction
+ * that applies what it took, so then every event committed before the call
+ * is in the aggregates.  Each transaction that moves a position or the
+ * rotation on broadcasts a condition variable in shared memory as it
+ * commits (WorkerAppliedAtCommit), on which the waiter sleeps: it looks
+ * again only when something changed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pipeline.h"
+#include "progress.h"
+#include "queue.h"
+#include "shmem.h"
+#include "statement.h"
+
+PG_FUNCTION_INFO_V1(exactonce_wait_applied);
+
+/*
+ * CheckWaiter lets in a role that may insert into the queue or read the
+ * aggregates: a producer waiting for its own events, or a reader.
+ */
+static void
+CheckWaiter(Pipeline *p)
+{
+	Oid			aggregates = get_relname_relid("aggregates", p->nspid);
+
+	if (pg_class_aclcheck(p->ingest, GetUserId(), ACL_INSERT) != ACLCHECK_OK &&
+		(!OidIsValid(aggregates) ||
+		 pg_class_aclcheck(aggregates, GetUserId(), ACL_SELECT) != ACLCHECK_OK))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to wait for pipeline \"%s\"", p->name),
+				 errdetail("Waiting needs INSERT on %s.ingest or SELECT on %s.aggregates.",
+						   p->name, p->name)));
+}
+
+/*
+ * Unapplied counts the rows visible to before that a shard has still to
+ * take, or -1 while a partition is being truncated.
+ */
+static int64
+Unapplied(Pipeline *p, Snapshot before, bool *paused)
+{
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
+	int64		rotation,
+				drain_rotation;
+	TimestampTz oldest;
+
+	/* positions first: read before the rotation, they are never ahead of it */
+	ProgressShardsRead(p, false, shards);
+	ProgressRead(p, &rotation, &drain_rotation, paused);
+	return QueueDepth(p, rotation, drain_rotation, shards, before, &oldest);
+}
+
+/*
+ * exactonce_wait_applied waits until every event committed before the call
+ * is in the pipeline's aggregates, or raises an error once timeout is over.
+ */
+Datum
+exactonce_wait_applied(PG_FUNCTION_ARGS)
+{
+	Interval   *timeout;
+	TimestampTz deadline;
+	Snapshot	before;
+	Pipeline   *p;
+	int			nestlevel;
+	int64		left;
+	bool		paused;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", PG_ARGISNULL(0) ? "pipeline" : "timeout")));
+	timeout = PG_GETARG_INTERVAL_P(1);
+	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													   TimestampTzGetDatum(GetCurrentTimestamp()),
+													   IntervalPGetDatum(timeout)));
+	PipelineRequireReadCommitted("exactonce.wait_applied()");
+
+	/*
+	 * The events committed before the call: not the caller's own rows, which
+	 * no worker can take before the caller commits.
+	 */
+	before = RegisterSnapshot(GetLatestSnapshot());
+	before->curcid = FirstCommandId;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	CheckWaiter(p);
+	if (exactonce_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("exactonce.wait_applied() needs exactonce in shared_preload_libraries"),
+				 errdetail("Without it no background worker drains the pipelines."),
+				 errhint("Call exactonce.flush() to apply what is queued now.")));
+	PipelineRequireReadCommitted("exactonce.wait_applied()");
+
+	ConditionVariablePrepareToSleep(&exactonce_shared->applied);
+	for (;;)
+	{
+		long		ms;
+
+		PipelineActAsOwner(p);
+		left = Unapplied(p, before, &paused);
+		PipelineActAsCaller(p);
+		if (left == 0)
+			break;
+		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (ms <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_EXACTONCE_WAIT_TIMEOUT),
+					 errmsg("events of pipeline \"%s\" not applied within the timeout", p->name),
+					 left > 0 ?
+					 errdetail_plural(INT64_FORMAT " event committed before the call is still queued%s.",
+									  INT64_FORMAT " events committed before the call are still queued%s.",
+									  left, left, paused ? "; the pipeline is paused" : "") :
+					 errdetail("A queue partition is being truncated%s.",
+							   paused ? "; the pipeline is paused" : ""),
+					 errhint("%s", paused ? "Resume it with exactonce.resume()." :
+							 "exactonce.pipelines shows the workers and the lag; exactonce.flush() applies the queue now.")));
+		(void) ConditionVariableTimedSleep(&exactonce_shared->applied, ms, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	UnregisterSnapshot(before);
+	PG_RETURN_VOID();
+}
