@@ -1,6 +1,6 @@
 /*
  * exactonce 1.3 -> 1.4: named aggregate views, waiting for what was
- * committed to be applied.
+ * committed to be applied, verify and rebuild.
  *
  * exactonce.create_view() adds a view of a pipeline's cells with keys of
  * its own (dimensions, or expressions over them) and a filter, fed by the
@@ -24,6 +24,20 @@ AS 'MODULE_PATHNAME', 'exactonce_wait_applied'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.wait_applied(text, interval) IS
 	'wait until every event committed to the pipeline''s queue before the call is in its aggregates; SQLSTATE EO003 once timeout is over; needs the library preloaded and the caller INSERT on the queue or SELECT on the aggregates';
+
+CREATE FUNCTION exactonce.verify(pipeline text)
+RETURNS TABLE (item text, cell text, detail text, ok boolean)
+AS 'MODULE_PATHNAME', 'exactonce_verify'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.verify(text) IS
+	'check a pipeline''s aggregates against its state (owner only): the accounting identity, batches staged and not applied, and in latest mode every cell that differs from the cells computed from the live keys (in accumulate mode: that each grouping''s cells add up to the events state and seen count); one row per check, ok false where it fails';
+
+CREATE FUNCTION exactonce.rebuild(pipeline text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'exactonce_rebuild'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.rebuild(text) IS
+	'recompute a latest-mode pipeline''s aggregates and distinct values from its live keys, in place, in the caller''s transaction (owner only; READ COMMITTED); the workers wait until it commits, inserts into the queue go on; returns the number of cells';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,

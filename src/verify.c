@@ -1,0 +1,425 @@
+/*-------------------------------------------------------------------------
+ *
+ * verify.c
+ *		Verify and repair: the aggregates against what state says they are.
+ *
+ * In latest mode the aggregates are a function of state: each cell is the
+ * GROUP BY GROUPING SETS of the live keys.  verify() recomputes them that
+ * way and reports every cell that differs; rebuild() writes the recomputed
+ * cells, and the distinct values behind the distinct counts, in place.
+ * In accumulate mode a cell is the sum of the events that had its
+ * dimensions, which state does not keep per event: verify() checks what
+ * state does say, that every grouping's cells add up to the events state
+ * and seen account for, and rebuild() refuses.
+ *
+ * Both read state, aggregates and ledger in one statement, so in one
+ * snapshot: a worker changes all three in one transaction, so verify()
+ * needs no lock and never reports a batch half applied.  rebuild() holds
+ * the pipeline (ProgressLockAll) from the start to its commit, as flush()
+ * does: the workers wait, while producers go on inserting into the queue.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "port/pg_bitutils.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+#include "pipeline.h"
+#include "progress.h"
+#include "statement.h"
+#include "worker.h"
+
+PG_FUNCTION_INFO_V1(exactonce_verify);
+PG_FUNCTION_INFO_V1(exactonce_rebuild);
+
+/*
+ * AppendCellColumns appends the names of the columns of a cell that state
+ * determines, comma-separated, each prefixed by prefix.
+ */
+static void
+AppendCellColumns(StringInfo sql, Pipeline *p, const char *prefix)
+{
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, "%s%s, ", prefix, quote_identifier(p->dims[i]));
+	appendStringInfo(sql, "%slevel, %stotal, %skeys", prefix, prefix, prefix);
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(sql, ", %s%s, %s%s",
+						 prefix, quote_identifier(psprintf("%s_sum", p->measures[i])),
+						 prefix, quote_identifier(psprintf("%s_count", p->measures[i])));
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(sql, ", %s%s, %s%s",
+							 prefix, quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
+							 prefix, quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(sql, ", %s%s", prefix,
+						 quote_identifier(psprintf("%s_distinct", p->distincts[i])));
+}
+
+/*
+ * AppendGroupingSets appends the pipeline's groupings as SQL GROUPING SETS.
+ */
+static void
+AppendGroupingSets(StringInfo sql, Pipeline *p)
+{
+	int			nsets = p->rollup ? p->ndims + 1 : p->nsets;
+
+	appendStringInfoString(sql, "GROUPING SETS (");
+	for (int s = 0; s < nsets; s++)
+	{
+		uint32		mask = p->rollup ? CELL_LEVEL_MASK(s) : p->sets[s];
+		bool		first = true;
+
+		appendStringInfo(sql, "%s(", s > 0 ? ", " : "");
+		for (int i = 0; i < p->ndims; i++)
+			if (mask & ((uint32) 1 << i))
+			{
+				appendStringInfo(sql, "%s%s", first ? "" : ", ", quote_identifier(p->dims[i]));
+				first = false;
+			}
+		appendStringInfoChar(sql, ')');
+	}
+	appendStringInfoChar(sql, ')');
+}
+
+/*
+ * BuildRecompute returns the SELECT of a latest-mode pipeline's cells
+ * computed from its live keys, with AppendCellColumns' columns.
+ */
+static char *
+BuildRecompute(Pipeline *p)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT ");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
+	appendStringInfo(&sql, "%d", p->ndims);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, " OPERATOR(pg_catalog.-) GROUPING(%s)", quote_identifier(p->dims[i]));
+	appendStringInfoString(&sql, " AS level, pg_catalog.sum(value) AS total, pg_catalog.count(*) AS keys");
+	for (int i = 0; i < p->nmeasures; i++)
+	{
+		const char *m = quote_identifier(p->measures[i]);
+
+		appendStringInfo(&sql, ", COALESCE(pg_catalog.sum(%s), 0) AS %s, pg_catalog.count(%s) AS %s",
+						 m, quote_identifier(psprintf("%s_sum", p->measures[i])),
+						 m, quote_identifier(psprintf("%s_count", p->measures[i])));
+	}
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			const char *m = PipelineExtremumName(p, slot);
+
+			appendStringInfo(&sql, ", pg_catalog.min(%s) AS %s, pg_catalog.max(%s) AS %s",
+							 quote_identifier(m), quote_identifier(psprintf("%s_min", m)),
+							 quote_identifier(m), quote_identifier(psprintf("%s_max", m)));
+		}
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(&sql, ", pg_catalog.count(DISTINCT %s) AS %s",
+						 quote_identifier(p->distincts[i]),
+						 quote_identifier(psprintf("%s_distinct", p->distincts[i])));
+	appendStringInfo(&sql, " FROM %s.state WHERE NOT deleted GROUP BY ", quote_identifier(p->name));
+	AppendGroupingSets(&sql, p);
+	return sql.data;
+}
+
+/*
+ * AppendCellName appends an SQL expression naming the cell of alias a: its
+ * grouping's dimensions and their values (a dimension it does not group by
+ * is NULL, and so left out).
+ */
+static void
+AppendCellName(StringInfo sql, Pipeline *p, const char *a)
+{
+	appendStringInfoString(sql, "pg_catalog.format('(%s)', pg_catalog.concat_ws(', '");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(sql, ", %s OPERATOR(pg_catalog.||) pg_catalog.quote_literal(%s.%s)",
+						 quote_literal_cstr(psprintf("%s = ", p->dims[i])), a,
+						 quote_identifier(p->dims[i]));
+	appendStringInfoString(sql, "))");
+}
+
+/*
+ * BuildVerifyLatest returns the statement that compares a latest-mode
+ * pipeline's aggregates with its live keys: (item, cell, detail, ok) rows.
+ */
+static char *
+BuildVerifyLatest(Pipeline *p)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(p->name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "WITH r AS (%s), k AS (SELECT ", BuildRecompute(p));
+	AppendCellColumns(&sql, p, "");
+	appendStringInfo(&sql, " FROM %s.aggregates),"
+					 " d AS (SELECT COALESCE(k.level, r.level) AS level,"
+					 " CASE WHEN k.level IS NULL THEN 'no row' ELSE pg_catalog.row_to_json(k)::pg_catalog.text END AS kept,"
+					 " CASE WHEN r.level IS NULL THEN 'no row' ELSE pg_catalog.row_to_json(r)::pg_catalog.text END AS computed,"
+					 " CASE WHEN k.level IS NULL THEN ", s);
+	AppendCellName(&sql, p, "r");
+	appendStringInfoString(&sql, " ELSE ");
+	AppendCellName(&sql, p, "k");
+	appendStringInfoString(&sql, " END AS cell FROM k FULL JOIN r ON k.level OPERATOR(pg_catalog.=) r.level");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, " AND k.%1$s IS NOT DISTINCT FROM r.%1$s", quote_identifier(p->dims[i]));
+	appendStringInfo(&sql,
+					 " WHERE k.* IS DISTINCT FROM r.*)"
+					 " SELECT item, cell, detail, ok FROM ("
+					 " SELECT 1 AS o, 'cells'::pg_catalog.text AS item, NULL::pg_catalog.text AS cell,"
+					 " pg_catalog.format('%%s cells in aggregates, %%s computed from the live keys in state, %%s differ',"
+					 " (SELECT pg_catalog.count(*) FROM k), (SELECT pg_catalog.count(*) FROM r),"
+					 " (SELECT pg_catalog.count(*) FROM d)) AS detail, NOT EXISTS (SELECT FROM d) AS ok"
+					 " UNION ALL SELECT 2, 'ledger', NULL,"
+					 " pg_catalog.format('%%s batches staged and not applied', l.n), l.n OPERATOR(pg_catalog.=) 0"
+					 " FROM (SELECT pg_catalog.count(*) AS n FROM %s.ledger WHERE applied_at IS NULL) l"
+					 " UNION ALL SELECT 3, 'cell', pg_catalog.format('level %%s %%s', d.level, d.cell),"
+					 " pg_catalog.format('aggregates: %%s; from state: %%s', d.kept, d.computed), false"
+					 " FROM d) v ORDER BY o, cell",
+					 s);
+	return sql.data;
+}
+
+/*
+ * BuildVerifyAccumulate returns the statement that checks what state says
+ * of an accumulate-mode pipeline's aggregates: (item, cell, detail, ok).
+ */
+static char *
+BuildVerifyAccumulate(Pipeline *p)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(p->name);
+	int			nsets = p->rollup ? p->ndims + 1 : p->nsets;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "WITH st AS (SELECT COALESCE(pg_catalog.sum(total), 0) AS total,"
+					 " COALESCE(pg_catalog.sum(events), 0) AS events FROM %s.state),"
+					 " sn AS (SELECT pg_catalog.count(*) AS n FROM %s.seen),"
+					 " g AS (SELECT pg_catalog.format('(%%s)', pg_catalog.concat_ws(', '",
+					 s, s);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", CASE WHEN %s IS NOT NULL THEN %s END",
+						 quote_identifier(p->dims[i]), quote_literal_cstr(p->dims[i]));
+	appendStringInfo(&sql,
+					 ")) AS grouping, pg_catalog.sum(total) AS total, pg_catalog.sum(keys) AS events"
+					 " FROM %s.aggregates GROUP BY 1)"
+					 " SELECT item, cell, detail, ok FROM ("
+					 " SELECT 1 AS o, 'groupings'::pg_catalog.text AS item, NULL::pg_catalog.text AS cell,"
+					 " pg_catalog.format('%%s of %d groupings have cells; state counts %%s events',"
+					 " (SELECT pg_catalog.count(*) FROM g), st.events) AS detail,"
+					 " (SELECT pg_catalog.count(*) FROM g) OPERATOR(pg_catalog.=) CASE WHEN st.events OPERATOR(pg_catalog.=) 0 THEN 0 ELSE %d END AS ok"
+					 " FROM st"
+					 " UNION ALL SELECT 2, 'seen', NULL,"
+					 " pg_catalog.format('%%s (key, version) pairs in seen; state counts %%s events', sn.n, st.events),"
+					 " sn.n OPERATOR(pg_catalog.=) st.events FROM sn, st"
+					 " UNION ALL SELECT 2, 'ledger', NULL,"
+					 " pg_catalog.format('%%s batches staged and not applied', l.n), l.n OPERATOR(pg_catalog.=) 0"
+					 " FROM (SELECT pg_catalog.count(*) AS n FROM %s.ledger WHERE applied_at IS NULL) l"
+					 " UNION ALL SELECT 3, 'grouping', g.grouping,"
+					 " pg_catalog.format('its cells add up to total %%s over %%s events; state: %%s over %%s events',"
+					 " g.total, g.events, st.total, st.events),"
+					 " g.total OPERATOR(pg_catalog.=) st.total AND g.events OPERATOR(pg_catalog.=) st.events"
+					 " FROM g, st) v ORDER BY o, item, cell",
+					 s, nsets, nsets, s);
+	return sql.data;
+}
+
+/*
+ * BuildAccounting returns the statement of the accounting identity row.
+ */
+static char *
+BuildAccounting(Pipeline *p)
+{
+	return psprintf("SELECT 'accounting'::pg_catalog.text, NULL::pg_catalog.text,"
+					" pg_catalog.format('ingested %%s = applied %%s + duplicates %%s + stale %%s + dead_lettered %%s',"
+					" ingested, applied, duplicates, stale, dead_lettered),"
+					" ingested OPERATOR(pg_catalog.=) (applied OPERATOR(pg_catalog.+) duplicates"
+					" OPERATOR(pg_catalog.+) stale OPERATOR(pg_catalog.+) dead_lettered)"
+					" FROM %s.progress", quote_identifier(p->name));
+}
+
+/*
+ * PutRows adds the rows SPI returned to the result.
+ */
+static void
+PutRows(ReturnSetInfo *rsinfo)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[4];
+		bool		nulls[4];
+
+		for (int c = 0; c < 4; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
+ * exactonce_verify reports whether a pipeline's aggregates are what its
+ * state says: the accounting identity, staged batches, and in latest mode
+ * every cell that differs from the cells recomputed from the live keys.
+ */
+Datum
+exactonce_verify(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Pipeline   *p;
+	int			nestlevel;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline must not be NULL")));
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	PipelineActAsOwner(p);
+	if (SPI_execute(BuildAccounting(p), true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
+	PutRows(rsinfo);
+	if (SPI_execute(p->mode == PIPELINE_LATEST ? BuildVerifyLatest(p) : BuildVerifyAccumulate(p),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not verify pipeline \"%s\"", p->name);
+	PutRows(rsinfo);
+	PipelineActAsCaller(p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * BuildDistinctRebuild returns the INSERT of the rows of table distincts of
+ * one grouping (mask) and one distinct_counts column, from the live keys:
+ * at a leaf n counts the keys that have the value; above, in a rollup, the
+ * children that have it, and in another grouping the leaves (distinct.c).
+ */
+static char *
+BuildDistinctRebuild(Pipeline *p, uint32 mask, int col)
+{
+	StringInfoData sql;
+	StringInfoData group;
+	const char *c = quote_identifier(p->distincts[col]);
+	int			level = pg_popcount32(mask);
+	bool		leaf = mask == CELL_LEVEL_MASK(p->ndims);
+
+	initStringInfo(&sql);
+	initStringInfo(&group);
+	appendStringInfo(&sql, "INSERT INTO %s.distincts (cell, col, value, n) SELECT ARRAY[",
+					 quote_identifier(p->name));
+	for (int i = 0, n = 0; i < p->ndims; i++)
+	{
+		bool		in = (mask & ((uint32) 1 << i)) != 0;
+
+		/* a rollup's cell is its prefix; another grouping's has NULLs */
+		if (p->rollup && !in)
+			continue;
+		appendStringInfo(&sql, "%s%s", n++ > 0 ? ", " : "",
+						 in ? quote_identifier(p->dims[i]) : "NULL");
+		if (in)
+			appendStringInfo(&group, "%s, ", quote_identifier(p->dims[i]));
+	}
+	appendStringInfo(&sql, "]::pg_catalog.text[], %s, %s, ",
+					 quote_literal_cstr(p->distincts[col]), c);
+	if (leaf)
+		appendStringInfoString(&sql, "pg_catalog.count(*)");
+	else if (p->rollup)
+		appendStringInfo(&sql, "pg_catalog.count(DISTINCT %s)", quote_identifier(p->dims[level]));
+	else
+	{
+		appendStringInfoString(&sql, "pg_catalog.count(DISTINCT ROW(");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "", quote_identifier(p->dims[i]));
+		appendStringInfoString(&sql, "))");
+	}
+	appendStringInfo(&sql, " FROM %s.state WHERE NOT deleted AND %s IS NOT NULL GROUP BY %s%s",
+					 quote_identifier(p->name), c, group.data, c);
+	return sql.data;
+}
+
+/*
+ * exactonce_rebuild recomputes a latest-mode pipeline's aggregates, and the
+ * values behind its distinct counts, from its live keys, in the caller's
+ * transaction, and returns the number of cells.  Batches staged and not
+ * applied are marked applied: their keys are in state already, so their
+ * effect is in the rebuilt cells.
+ */
+Datum
+exactonce_rebuild(PG_FUNCTION_ARGS)
+{
+	Pipeline   *p;
+	int			nestlevel;
+	int64		rotation,
+				drain_rotation;
+	bool		paused;
+	uint64		cells;
+	StringInfoData sql;
+	const char *s;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline must not be NULL")));
+	PipelineRequireReadCommitted("exactonce.rebuild()");
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	if (p->mode != PIPELINE_LATEST)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("pipeline \"%s\" is in accumulate mode, whose aggregates cannot be rebuilt", p->name),
+				 errdetail("Its cells add up events, and state keeps a running context per key, not each event's cell."),
+				 errhint("exactonce.verify() checks what state can tell of them.")));
+	s = quote_identifier(p->name);
+	PipelineActAsOwner(p);
+
+	/* the workers wait from here to commit; inserts go on */
+	ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s.aggregates", s);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not empty the aggregates of pipeline \"%s\"", p->name);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.aggregates (", s);
+	AppendCellColumns(&sql, p, "");
+	appendStringInfoString(&sql, ", updated_at) SELECT ");
+	AppendCellColumns(&sql, p, "r.");
+	appendStringInfo(&sql, ", pg_catalog.now() FROM (%s) r", BuildRecompute(p));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not rebuild the aggregates of pipeline \"%s\"", p->name);
+	cells = SPI_processed;
+
+	if (p->ndistinct > 0)
+	{
+		int			nsets = p->rollup ? p->ndims + 1 : p->nsets;
+
+		if (SPI_execute(psprintf("DELETE FROM %s.distincts", s), false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not empty the distinct values of pipeline \"%s\"", p->name);
+		for (int set = 0; set < nsets; set++)
+			for (int col = 0; col < p->ndistinct; col++)
+				if (SPI_execute(BuildDistinctRebuild(p, p->rollup ? CELL_LEVEL_MASK(set) : p->sets[set], col),
+								false, 0) != SPI_OK_INSERT)
+					elog(ERROR, "could not rebuild the distinct values of pipeline \"%s\"", p->name);
+	}
+
+	if (SPI_execute(psprintf("UPDATE %s.ledger SET applied_at = pg_catalog.now() WHERE applied_at IS NULL", s),
+					false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update the ledger of pipeline \"%s\"", p->name);
+
+	PipelineActAsCaller(p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	WorkerAppliedAtCommit();
+	PG_RETURN_INT64((int64) cells);
+}
