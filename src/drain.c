@@ -527,6 +527,22 @@ DrainPipeline(Pipeline *p)
 }
 
 /*
+ * DrainEvents takes events from elsewhere than the queue (dead letters sent
+ * back) through the three stages in this transaction, batch by batch as a
+ * drain does, and adds what the state stage did with them to counts.  The
+ * caller holds the pipeline (ProgressLockAll).
+ */
+void
+DrainEvents(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *counts)
+{
+	Assert(p->progress_locked);
+	for (int first = 0; first < n; first += exactonce_batch_size)
+		ProcessBatch(p, events + first, Min(exactonce_batch_size, n - first), rotation, counts);
+	if (n > 0)
+		ReduceWithRetry(p);
+}
+
+/*
  * FinishRotation is the step of a shard that has drained every sealed
  * partition: once all shards have, it truncates the oldest partition, and
  * when the partition taking inserts has rows, it rotates the queue so that

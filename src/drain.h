@@ -24,6 +24,8 @@ typedef struct DrainResult
 
 extern void DrainInit(void);
 extern int64 DrainPipeline(Pipeline *p);
+extern void DrainEvents(Pipeline *p, Event *events, int n, int64 rotation,
+						StageCounts *counts);
 extern DrainResult DrainStep(Pipeline *p, int shard, SealState **seal);
 
 #endif							/* EXACTONCE_DRAIN_H */

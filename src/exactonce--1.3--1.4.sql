@@ -1,6 +1,6 @@
 /*
  * exactonce 1.3 -> 1.4: named aggregate views, waiting for what was
- * committed to be applied, verify and rebuild.
+ * committed to be applied, verify and rebuild, dead letters replayed.
  *
  * exactonce.create_view() adds a view of a pipeline's cells with keys of
  * its own (dimensions, or expressions over them) and a filter, fed by the
@@ -38,6 +38,14 @@ AS 'MODULE_PATHNAME', 'exactonce_rebuild'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.rebuild(text) IS
 	'recompute a latest-mode pipeline''s aggregates and distinct values from its live keys, in place, in the caller''s transaction (owner only; READ COMMITTED); the workers wait until it commits, inserts into the queue go on; returns the number of cells';
+
+CREATE FUNCTION exactonce.replay_dead_letters(pipeline text, filter text DEFAULT NULL)
+RETURNS TABLE (replayed bigint, applied bigint, duplicates bigint, stale bigint,
+			   dead_lettered bigint, skipped bigint)
+AS 'MODULE_PATHNAME', 'exactonce_replay_dead_letters'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.replay_dead_letters(text, text) IS
+	'send the dead letters that pass filter (an SQL expression over the columns of dead_letters; NULL: all) back through the three stages, once, in the caller''s transaction (owner only; READ COMMITTED): their rows go, their events are applied, or dead-lettered again with the new reason; returns how many were replayed, what became of them, and how many were skipped because they do not hold a whole event';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,

@@ -21,6 +21,9 @@
  * OPERATOR(pg_catalog.x) or are schema-qualified, so that objects planted
  * elsewhere cannot change what they resolve to.
  *
+ * A caller's own SQL in a statement (a view's keys and filter, a filter of
+ * dead letters) is checked first to be one expression (StatementParsePiece).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,6 +31,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "parser/parser.h"
 #include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
@@ -326,4 +330,56 @@ StatementNumericArray(Numeric *elems, int n)
 		return PointerGetDatum(construct_empty_array(NUMERICOID));
 	return PointerGetDatum(construct_md_array(d, nulls, 1, &n, &lb, NUMERICOID, -1, false,
 											  TYPALIGN_INT));
+}
+
+/*
+ * PieceErrorContext names the piece of the caller's SQL a parse error is in;
+ * the position the parser reports is within the piece, not the statement.
+ */
+static void
+PieceErrorContext(void *arg)
+{
+	errposition(0);
+	errcontext("%s", (const char *) arg);
+}
+
+/*
+ * StatementParsePiece parses a caller's SQL expression, piece, as prefix
+ * followed by it ("SELECT ", "SELECT 1 WHERE "), and returns the SELECT,
+ * which must be that and nothing else: one expression cannot reach beyond
+ * its place in a statement built around it.  what names it in errors.
+ */
+SelectStmt *
+StatementParsePiece(const char *prefix, const char *piece, const char *what)
+{
+	ErrorContextCallback context;
+	List	   *raw;
+	SelectStmt *sel = NULL;
+	bool		ok;
+
+	context.callback = PieceErrorContext;
+	context.arg = psprintf("%s \"%s\"", what, piece);
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+	raw = raw_parser(psprintf("%s%s", prefix, piece), RAW_PARSE_DEFAULT);
+	error_context_stack = context.previous;
+
+	ok = list_length(raw) == 1 && IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt);
+	if (ok)
+	{
+		sel = (SelectStmt *) linitial_node(RawStmt, raw)->stmt;
+		ok = sel->op == SETOP_NONE && list_length(sel->targetList) == 1 &&
+			sel->distinctClause == NIL && sel->intoClause == NULL &&
+			sel->fromClause == NIL && sel->groupClause == NIL &&
+			sel->havingClause == NULL && sel->windowClause == NIL &&
+			sel->valuesLists == NIL && sel->sortClause == NIL &&
+			sel->limitOffset == NULL && sel->limitCount == NULL &&
+			sel->lockingClause == NIL && sel->withClause == NULL;
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("%s \"%s\" is not one expression", what, piece),
+				 errhint("Write one SQL expression, with no statement or clause around it.")));
+	return sel;
 }

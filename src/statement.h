@@ -9,6 +9,7 @@
 #define EXACTONCE_STATEMENT_H
 
 #include "executor/spi.h"
+#include "nodes/parsenodes.h"
 
 #include "pipeline.h"
 
@@ -34,5 +35,6 @@ extern Oid	StatementTableOwner(const char *relname);
 extern Datum StatementTextArray(Datum *elems, bool *nulls, int n);
 extern Datum StatementInt8Array(int64 *elems, int n);
 extern Datum StatementNumericArray(Numeric *elems, int n);
+extern SelectStmt *StatementParsePiece(const char *prefix, const char *piece, const char *what);
 
 #endif							/* EXACTONCE_STATEMENT_H */

@@ -27,7 +27,6 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "nodes/nodeFuncs.h"
-#include "parser/parser.h"
 #include "port/pg_bitutils.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -55,56 +54,6 @@ typedef struct DimWalk
 	const char *piece;			/* for errors */
 	uint32		mask;			/* the dimensions named */
 } DimWalk;
-
-/*
- * PieceErrorContext names the piece of the caller's SQL a parse error is in;
- * the position the parser reports is within the piece, not the statement.
- */
-static void
-PieceErrorContext(void *arg)
-{
-	errposition(0);
-	errcontext("%s", (const char *) arg);
-}
-
-/*
- * ParsePiece parses "SELECT <piece>" or "SELECT 1 WHERE <piece>" and
- * returns the SELECT, which must be that and nothing else.
- */
-static SelectStmt *
-ParsePiece(const char *prefix, const char *piece, const char *what)
-{
-	ErrorContextCallback context;
-	List	   *raw;
-	SelectStmt *sel = NULL;
-	bool		ok;
-
-	context.callback = PieceErrorContext;
-	context.arg = psprintf("%s \"%s\"", what, piece);
-	context.previous = error_context_stack;
-	error_context_stack = &context;
-	raw = raw_parser(psprintf("%s%s", prefix, piece), RAW_PARSE_DEFAULT);
-	error_context_stack = context.previous;
-
-	ok = list_length(raw) == 1 && IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt);
-	if (ok)
-	{
-		sel = (SelectStmt *) linitial_node(RawStmt, raw)->stmt;
-		ok = sel->op == SETOP_NONE && list_length(sel->targetList) == 1 &&
-			sel->distinctClause == NIL && sel->intoClause == NULL &&
-			sel->fromClause == NIL && sel->groupClause == NIL &&
-			sel->havingClause == NULL && sel->windowClause == NIL &&
-			sel->valuesLists == NIL && sel->sortClause == NIL &&
-			sel->limitOffset == NULL && sel->limitCount == NULL &&
-			sel->lockingClause == NIL && sel->withClause == NULL;
-	}
-	if (!ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_SYNTAX_ERROR),
-				 errmsg("%s \"%s\" is not one expression", what, piece),
-				 errhint("Write one SQL expression over the pipeline's dimensions.")));
-	return sel;
-}
 
 /*
  * DimRefs records the dimensions a piece names and refuses any other column
@@ -179,7 +128,7 @@ ReadKeys(Pipeline *p, ArrayType *arr, ViewKey *keys, uint32 *mask)
 					 errmsg("group_by must not contain NULL")));
 		keys[i].text = TextDatumGetCString(elems[i]);
 		walk.piece = psprintf("group_by element \"%s\"", keys[i].text);
-		sel = ParsePiece("SELECT ", keys[i].text, "group_by element");
+		sel = StatementParsePiece("SELECT ", keys[i].text, "group_by element");
 		target = linitial_node(ResTarget, sel->targetList);
 		(void) DimRefs(target->val, &walk);
 		*mask |= walk.mask;
@@ -399,7 +348,7 @@ exactonce_create_view(PG_FUNCTION_ARGS)
 
 		filter = text_to_cstring(PG_GETARG_TEXT_PP(3));
 		walk.piece = psprintf("filter \"%s\"", filter);
-		sel = ParsePiece("SELECT 1 WHERE ", filter, "filter");
+		sel = StatementParsePiece("SELECT 1 WHERE ", filter, "filter");
 		(void) DimRefs(sel->whereClause, &walk);
 		mask |= walk.mask;
 	}
