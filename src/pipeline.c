@@ -927,6 +927,7 @@ CheckOwnership(Pipeline *p)
 		{get_relname_relid("dead_letters", p->nspid), RELKIND_RELATION},
 		{p->mode == PIPELINE_ACCUMULATE ? p->seen : p->state, RELKIND_RELATION},
 		{p->ndistinct > 0 ? p->distinct_values : p->state, RELKIND_RELATION},
+		{p->feed ? get_relname_relid("feed", p->nspid) : p->state, RELKIND_RELATION},
 	};
 	HeapTuple	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(p->nspid));
 	bool		ok = HeapTupleIsValid(tup) &&
@@ -1014,6 +1015,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	}
 
 	ParseGrouping(p, TextDatumGetCString(SPI_getbinval(tup, desc, 12, &isnull)));
+	p->feed = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
+	p->feed_notify = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -1055,7 +1058,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 }
 
 #define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts," \
-	" window_width, allowed_lateness, grouping_sets"
+	" window_width, allowed_lateness, grouping_sets, feed, feed_notify"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -1529,4 +1532,20 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	SPI_finish();
 	WorkerWakeAtCommit();
 	PG_RETURN_INT64(drained);
+}
+
+/*
+ * PipelineSetFeed records in the registry whether the pipeline has a change
+ * feed (feed.c), and whether it notifies.
+ */
+void
+PipelineSetFeed(Pipeline *p, bool feed, bool notify)
+{
+	Oid			types[3] = {INT4OID, BOOLOID, BOOLOID};
+	Datum		values[3] = {Int32GetDatum(p->id), BoolGetDatum(feed), BoolGetDatum(notify)};
+
+	RegistryExec("UPDATE exactonce.pipeline SET feed = $2, feed_notify = $3"
+				 " WHERE id OPERATOR(pg_catalog.=) $1", 3, types, values, 1);
+	p->feed = feed;
+	p->feed_notify = notify;
 }

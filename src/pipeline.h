@@ -48,6 +48,8 @@ typedef struct Pipeline
 	int			nsets;			/* the cells' groupings: a bit per dimension */
 	uint32		sets[PIPELINE_MAX_SETS];
 	bool		windowed;		/* dims[0] is window_start, from event_time */
+	bool		feed;			/* reduce appends its changes to table feed */
+	bool		feed_notify;	/* ... and sends NOTIFY exactonce_feed */
 	int64		window_us;		/* the windows' width */
 	int64		lateness_us;	/* allowed lateness */
 	Oid			owner;
@@ -81,6 +83,7 @@ extern Oid	PipelineRelationOwner(Oid relid);
 extern const char *PipelineExtremumName(Pipeline *p, int slot);
 extern TimestampTz PipelineWindowStartTime(Pipeline *p, TimestampTz t);
 extern Datum PipelineWindowStart(Pipeline *p, TimestampTz t);
+extern void PipelineSetFeed(Pipeline *p, bool feed, bool notify);
 
 /* the first dimension an event brings: a window's start is computed */
 #define PIPELINE_FIRST_INPUT_DIM(p)	((p)->windowed ? 1 : 0)

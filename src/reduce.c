@@ -25,6 +25,7 @@
 #include "distinct.h"
 #include "extrema.h"
 #include "fault.h"
+#include "feed.h"
 #include "ledger.h"
 #include "progress.h"
 #include "reduce.h"
@@ -90,14 +91,10 @@ BuildAggUpsert(Pipeline *p)
 
 		appendStringInfo(&sql, ", %s = a.%s + excluded.%s", c, c, c);
 	}
-	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total");
-	/* the cells, for their min and max (extrema.c) */
-	if (p->any_min_max)
-	{
-		appendStringInfoString(&sql, ", a.level");
-		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, ", a.%s", quote_identifier(p->dims[i]));
-	}
+	/* the cells, for their min and max (extrema.c) and the feed (feed.c) */
+	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total, a.level");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", a.%s", quote_identifier(p->dims[i]));
 	return sql.data;
 }
 
@@ -303,6 +300,8 @@ ApplyCells(Pipeline *p, HTAB *cells)
 													sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 		StatementExec(StatementPrepare(p, BuildAggDelete, 1, deltype), delval, NULL, nempty);
 	}
+	if (p->feed)
+		FeedRecord(p, cells, rows);
 	/* the min and max of the cells left, read from those below */
 	if (p->any_min_max)
 		ExtremaApply(p, cells, rows, gone);

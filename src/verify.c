@@ -6,7 +6,9 @@
  * In latest mode the aggregates are a function of state: each cell is the
  * GROUP BY GROUPING SETS of the live keys.  verify() recomputes them that
  * way and reports every cell that differs; rebuild() writes the recomputed
- * cells, and the distinct values behind the distinct counts, in place.
+ * cells, and the distinct values behind the distinct counts, in place,
+ * and records in the feed, if the pipeline has one, each cell that differs
+ * from what the feed last said of it.
  * In accumulate mode a cell is the sum of the events that had its
  * dimensions, which state does not keep per event: verify() checks what
  * state does say, that every grouping's cells add up to the events state
@@ -387,6 +389,39 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 	ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
 
 	initStringInfo(&sql);
+
+	/*
+	 * The feed gets the change of every cell whose total or keys differ from
+	 * what the feed last said of it: what its consumers have, whatever
+	 * happened to the aggregates behind the feed's back.
+	 */
+	if (p->feed)
+	{
+		StringInfoData dims;
+
+		initStringInfo(&dims);
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&dims, ", %s", quote_identifier(p->dims[i]));
+		appendStringInfo(&sql, "INSERT INTO %s.feed (level, ", s);
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
+		appendStringInfoString(&sql, "old_total, new_total, old_keys, new_keys) SELECT COALESCE(k.level, r.level)");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", COALESCE(k.%1$s, r.%1$s)", quote_identifier(p->dims[i]));
+		appendStringInfo(&sql, ", COALESCE(k.total, 0), COALESCE(r.total, 0), COALESCE(k.keys, 0), COALESCE(r.keys, 0)"
+						 " FROM (SELECT * FROM (SELECT DISTINCT ON (level%s) level%s, new_total AS total,"
+						 " new_keys AS keys FROM %s.feed ORDER BY level%s, seq DESC) l"
+						 " WHERE keys OPERATOR(pg_catalog.<>) 0) k FULL JOIN (%s) r ON k.level OPERATOR(pg_catalog.=) r.level",
+						 dims.data, dims.data, s, dims.data, BuildRecompute(p));
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, " AND k.%1$s IS NOT DISTINCT FROM r.%1$s", quote_identifier(p->dims[i]));
+		appendStringInfoString(&sql, " WHERE (k.total, k.keys) IS DISTINCT FROM (r.total, r.keys) ORDER BY 1");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&sql, ", %d", i + 2);
+		if (SPI_execute(sql.data, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record the rebuild in the feed of pipeline \"%s\"", p->name);
+		resetStringInfo(&sql);
+	}
 	appendStringInfo(&sql, "DELETE FROM %s.aggregates", s);
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not empty the aggregates of pipeline \"%s\"", p->name);

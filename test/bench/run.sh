@@ -307,6 +307,7 @@ label() {
 	eo_minmax) echo "worker drain, + min/max" ;;
 	eo_distinct) echo "worker drain, + distinct" ;;
 	eo_cube) echo "worker drain, cube" ;;
+	eo_feed) echo "worker drain, with the feed" ;;
 	eo_readings) echo "worker drain, accumulate" ;;
 	eo_windows) echo "accumulate, in windows" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
@@ -753,6 +754,35 @@ SQL
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; view delta_desks read in $view_ms ms; $VERDICT"
 }
 
+# feed_run RUN: section 3's worker drain into a pipeline with its change
+# feed on; exact when the aggregates equal the truth and the feed replayed
+# from its start rebuilds them.
+feed_run() {
+	local run=$1 replay
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS);
+SELECT exactonce.set_feed('$PIPE', true);
+SELECT exactonce.pause('$PIPE');
+SQL
+	load_queue
+	sql -c "CHECKPOINT" >/dev/null
+	drain_timed "$run" "$EVENTS"
+	check_exactonce
+	replay=$(sql <<SQL
+SELECT bench.diff('(SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPE.aggregates) a',
+	'(SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
+	  FROM $PIPE.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) > 0) t')
+SQL
+)
+	[ "$replay" = 0 ] || VERDICT="FAIL: the feed replayed differs from the aggregates in $replay rows${VERDICT#PASS}"
+	record "$run" "$EVENTS" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT" \
+		"$(sql -c "SELECT count(*) FROM $PIPE.feed") feed rows"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates $PIPE.feed)"
+	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
+}
+
 # windows_run RUN WIDTH: section 3's worker drain of the events as readings
 # into an accumulate pipeline, in windows of WIDTH (a SQL interval, or NULL
 # for none) with a lateness that takes every reading; exact when its
@@ -810,6 +840,7 @@ SQL
 	aggregates_run eo_minmax "ARRAY['value', 'fee']"
 	aggregates_run eo_distinct "'{}'" distinct
 	cube_run eo_cube
+	feed_run eo_feed
 	windows_run eo_readings NULL
 	windows_run eo_windows "'10 minutes'"
 	sql -c "DROP TABLE bench.events" >/dev/null
@@ -1185,6 +1216,7 @@ say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / nai
 [ "$AGGREGATES" = 0 ] ||
 	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
 [ "$AGGREGATES" = 0 ] ||
+	say "  worker drain, with the feed / plain  $(ratio eo_feed eo_workers)"
 	say "  worker drain, cube / plain           $(ratio eo_cube eo_workers);  accumulate, in windows / plain accumulate $(ratio eo_windows eo_readings)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
