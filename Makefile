@@ -33,7 +33,8 @@ OBJS = \
 	src/wait.o \
 	src/verify.o \
 	src/replay.o \
-	src/feed.o
+	src/feed.o \
+	src/retention.o
 
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
 	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql

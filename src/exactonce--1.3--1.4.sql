@@ -1,7 +1,7 @@
 /*
  * exactonce 1.3 -> 1.4: named aggregate views, waiting for what was
  * committed to be applied, verify and rebuild, dead letters replayed, a
- * change feed.
+ * change feed, retention.
  *
  * exactonce.create_view() adds a view of a pipeline's cells with keys of
  * its own (dimensions, or expressions over them) and a filter, fed by the
@@ -102,6 +102,18 @@ COMMENT ON VIEW exactonce.feed_consumers IS
 	'the position of each consumer of the feeds the current role may read';
 GRANT SELECT ON exactonce.feed_consumers TO PUBLIC;
 
+ALTER TABLE exactonce.pipeline ADD COLUMN retention_horizon bigint;
+COMMENT ON COLUMN exactonce.pipeline.retention_horizon IS
+	'exactonce.prune() deleted the tombstones (latest mode) or seen rows (accumulate mode) of versions below this; an event below it that the pipeline cannot tell from a resend is dead-lettered';
+
+CREATE FUNCTION exactonce.prune(pipeline text, below_version bigint,
+							   dead_letters_older_than interval DEFAULT NULL)
+RETURNS TABLE (horizon bigint, forgotten bigint, dead_letters bigint)
+AS 'MODULE_PATHNAME', 'exactonce_prune'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.prune(text, bigint, interval) IS
+	'delete the tombstones (latest mode) or seen rows (accumulate mode) of versions below below_version and raise the retention horizon to it (it never goes down): from then on an event below it that the pipeline cannot tell from a resend is dead-lettered with that reason; also delete dead letters older than dead_letters_older_than; owner only, READ COMMITTED, in the caller''s transaction';
+
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,
 		p.grouping_sets,
@@ -110,8 +122,8 @@ CREATE OR REPLACE VIEW exactonce.pipelines AS
 			  WHERE n.nspname OPERATOR(pg_catalog.=) p.name AND c.relkind OPERATOR(pg_catalog.=) 'v'
 				AND pg_catalog.obj_description(c.oid, 'pg_class') OPERATOR(pg_catalog.~~) 'exactonce view of %'
 			  ORDER BY c.relname) AS views,
-		p.feed
+		p.feed, p.retention_horizon
 	FROM exactonce.pipeline_stats() s
 	JOIN exactonce.pipeline p ON p.name OPERATOR(pg_catalog.=) s.name;
 COMMENT ON VIEW exactonce.pipelines IS
-	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures, those with min and max, the columns counted distinct, the windows, the grouping sets, the views create_view made, and whether it has a change feed';
+	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures, those with min and max, the columns counted distinct, the windows, the grouping sets, the views create_view made, whether it has a change feed, and its retention horizon';

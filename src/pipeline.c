@@ -1017,6 +1017,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 	ParseGrouping(p, TextDatumGetCString(SPI_getbinval(tup, desc, 12, &isnull)));
 	p->feed = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
 	p->feed_notify = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
+	p->horizon = DatumGetInt64(SPI_getbinval(tup, desc, 15, &isnull));
+	p->has_horizon = !isnull;
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -1058,7 +1060,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 }
 
 #define PIPELINE_COLUMNS "id, name, mode, dimensions, owner, shards, measures, min_max, distinct_counts," \
-	" window_width, allowed_lateness, grouping_sets, feed, feed_notify"
+	" window_width, allowed_lateness, grouping_sets, feed, feed_notify, retention_horizon"
 
 /*
  * PipelineLoad looks a pipeline up by name (SPI must be connected).  With
@@ -1548,4 +1550,21 @@ PipelineSetFeed(Pipeline *p, bool feed, bool notify)
 				 " WHERE id OPERATOR(pg_catalog.=) $1", 3, types, values, 1);
 	p->feed = feed;
 	p->feed_notify = notify;
+}
+
+/*
+ * PipelineSetHorizon records in the registry the version below which the
+ * pipeline forgot tombstones or seen rows (retention.c, prune()); it never goes down.
+ */
+void
+PipelineSetHorizon(Pipeline *p, int64 horizon)
+{
+	Oid			types[2] = {INT4OID, INT8OID};
+	Datum		values[2] = {Int32GetDatum(p->id), Int64GetDatum(horizon)};
+
+	RegistryExec("UPDATE exactonce.pipeline SET retention_horizon ="
+				 " GREATEST(retention_horizon, $2) WHERE id OPERATOR(pg_catalog.=) $1",
+				 2, types, values, 1);
+	p->horizon = p->has_horizon ? Max(p->horizon, horizon) : horizon;
+	p->has_horizon = true;
 }

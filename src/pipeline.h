@@ -50,6 +50,9 @@ typedef struct Pipeline
 	bool		windowed;		/* dims[0] is window_start, from event_time */
 	bool		feed;			/* reduce appends its changes to table feed */
 	bool		feed_notify;	/* ... and sends NOTIFY exactonce_feed */
+	bool		has_horizon;	/* tombstones or seen rows were forgotten: */
+	int64		horizon;		/* ... below this version (retention.c,
+								 * prune()) */
 	int64		window_us;		/* the windows' width */
 	int64		lateness_us;	/* allowed lateness */
 	Oid			owner;
@@ -84,6 +87,7 @@ extern const char *PipelineExtremumName(Pipeline *p, int slot);
 extern TimestampTz PipelineWindowStartTime(Pipeline *p, TimestampTz t);
 extern Datum PipelineWindowStart(Pipeline *p, TimestampTz t);
 extern void PipelineSetFeed(Pipeline *p, bool feed, bool notify);
+extern void PipelineSetHorizon(Pipeline *p, int64 horizon);
 
 /* the first dimension an event brings: a window's start is computed */
 #define PIPELINE_FIRST_INPUT_DIM(p)	((p)->windowed ? 1 : 0)

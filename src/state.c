@@ -478,6 +478,24 @@ CellCmp(Pipeline *p, Datum *a, Datum *b)
 }
 
 /*
+ * BelowHorizon dead-letters an event the pipeline cannot tell from one it
+ * forgot (retention.c, prune()): a version below the retention horizon of a key with
+ * no state row (latest mode), or of a (key, version) not in seen
+ * (accumulate mode).  It may be a resend of a tombstoned key or of an
+ * applied reading; applying it could count it twice.
+ */
+static bool
+BelowHorizon(StateWork *w, Event *ev)
+{
+	if (!w->p->has_horizon || ev->version >= w->p->horizon)
+		return false;
+	AddDead(w, ev, psprintf("below the retention horizon: version " INT64_FORMAT " is below " INT64_FORMAT ", under which this pipeline forgot %s, so it cannot tell a new event from a resend",
+							ev->version, w->p->horizon,
+							w->p->mode == PIPELINE_LATEST ? "tombstones" : "the readings it applied"));
+	return true;
+}
+
+/*
  * ApplyLatest handles one key's run of events in latest mode.
  */
 static void
@@ -497,6 +515,8 @@ ApplyLatest(StateWork *w, Event **run, int n)
 		Event	   *ev = run[i];
 
 		CHECK_FOR_INTERRUPTS();
+		if (!cur.exists && BelowHorizon(w, ev))
+			continue;
 		if (cur.exists && ev->version < cur.version)
 			w->counts->stale++;
 		else if (cur.exists && ev->version == cur.version)
@@ -640,6 +660,8 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 		}
 
 		/* a new reading: add it, whatever its order, unless it is too late */
+		if (BelowHorizon(w, ev))
+			continue;
 		if (TooLate(w, ev))
 		{
 			/* timestamptz_to_str returns a static buffer */

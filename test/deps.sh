@@ -2,7 +2,7 @@
 # test/deps.sh: install what building and testing exactonce needs on Debian
 # bookworm, if it is missing: server headers, pgTAP and pg_prove, IPC::Run
 # (for the TAP tests), pg_repack, sqlsmith, gnuplot, pg_bsd_indent (for
-# tools/pgindent).
+# tools/pgindent), prometheus-postgres-exporter (scraped in a TAP test).
 set -euo pipefail
 
 need=()
@@ -17,6 +17,7 @@ perl -MIPC::Run -e 1 2>/dev/null || need+=(libipc-run-perl)
 command -v sqlsmith >/dev/null || need+=(sqlsmith)
 command -v pg_bsd_indent >/dev/null || need+=(pg-bsd-indent)
 command -v objdump >/dev/null || need+=(binutils)
+command -v prometheus-postgres-exporter >/dev/null || need+=(prometheus-postgres-exporter)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

@@ -8,8 +8,11 @@
 # trades, late stale resends and tombstones -- while the background workers
 # drain it under injected faults (or, with --flush-loop, a loop calling
 # exactonce.flush() drains it as well).  A live view shows the
-# rates, the counters and the rollup.  At the end the aggregates must equal,
-# cell for cell and to the cent, what the producer computed on its own.
+# rates, the counters, freshness (lag, batch latency, the age of the last
+# change), the last changes of the pipeline's change feed and the rollup.
+# At the end the aggregates must equal, cell for cell and to the cent, what
+# the producer computed on its own, and the change feed replayed from its
+# start must equal them too.
 #
 #   tools/demo.sh [--events N] [--trades N] [--rate N] [options]   (--help)
 #
@@ -170,8 +173,9 @@ touch "$DIR/.exactonce-demo"
 "${PSQL[@]}" -At >/dev/null <<SQL
 CREATE EXTENSION exactonce;
 SELECT exactonce.create_pipeline('$PIPELINE', ARRAY['risk_type', 'region', 'trade_desk']);
+SELECT exactonce.set_feed('$PIPELINE', true);
 SQL
-say "== pipeline $PIPELINE: risk_type > region > trade_desk"
+say "== pipeline $PIPELINE: risk_type > region > trade_desk, with its change feed"
 WORKERS=$("${PSQL[@]}" -At -c "SELECT coalesce(current_setting('exactonce.workers', true), '0')")
 if [ "$WORKERS" != 0 ]; then
 	say "== $WORKERS background drain worker(s) per database drain the pipeline as well"
@@ -243,6 +247,11 @@ SELECT 'L', '  ' || rpad(concat_ws(' / ', risk_type, region, trade_desk), 28)
   FROM $PIPELINE.aggregates WHERE level = 3
  ORDER BY abs(total) DESC, risk_type, region, trade_desk
  LIMIT $2;
+SELECT 'F', f.seq, concat_ws(' / ', coalesce(f.risk_type, 'all'), f.region, f.trade_desk),
+       to_char(f.old_total, 'FM999,999,999,990.00') || ' -> ' || to_char(f.new_total, 'FM999,999,999,990.00'),
+       round(extract(epoch FROM clock_timestamp() - f.changed_at)::numeric, 1)
+  FROM (SELECT * FROM $PIPELINE.feed ORDER BY seq DESC LIMIT 3) f ORDER BY f.seq;
+SELECT 'A', round(extract(epoch FROM clock_timestamp() - max(updated_at))::numeric, 2) FROM $PIPELINE.aggregates;
 SELECT 'S', queued, round(coalesce(extract(epoch FROM lag), 0), 1), staged,
        -- columns of versions with background workers
        coalesce(j->>'worker_pid', '-'), coalesce(j->>'worker_state', '-'),
@@ -271,14 +280,15 @@ SAMPLES=()
 T_LAST_PLAIN=0
 LAST_VIEW=
 render() {
-	local lines cols treerows leafrows depth=2 out counters view tree=() leaves=() sent prate flushes ferrors
+	local lines cols treerows leafrows depth=2 out counters view tree=() leaves=() feed=() fresh sent prate flushes ferrors
 	lines=$(tput lines 2>/dev/null || echo 40)
 	cols=$(tput cols 2>/dev/null || echo 100)
-	# 12 lines of header, the tree (21 rows to level 2), up to 6 of leaf
-	# cells, and the last line of the screen left empty
-	treerows=$((lines - 13)); [ "$treerows" -lt 1 ] && treerows=1
+	# 17 lines of header (freshness and the last 3 changes of the feed
+	# among them), the tree (21 rows to level 2), up to 6 of leaf cells, and
+	# the last line of the screen left empty
+	treerows=$((lines - 18)); [ "$treerows" -lt 1 ] && treerows=1
 	[ "$treerows" -lt 21 ] && depth=1
-	leafrows=$((lines - 13 - 21 - 1)); [ "$leafrows" -gt 5 ] && leafrows=5
+	leafrows=$((lines - 18 - 21 - 1)); [ "$leafrows" -gt 5 ] && leafrows=5
 	[ "$leafrows" -lt 0 ] && leafrows=0
 	[ "$PLAIN" = 1 ] && { treerows=1; leafrows=0; }
 	out=$(frame_sql "$treerows" "$leafrows" "$depth" | psql -X -q -At -F $'\t' 2>/dev/null) || true
@@ -287,6 +297,9 @@ render() {
 	view=$(grep $'^S\t' <<<"$out" | cut -f 2-) || true
 	mapfile -t tree < <(grep $'^T\t' <<<"$out" | cut -f 2-)
 	mapfile -t leaves < <(grep $'^L\t' <<<"$out" | cut -f 2-)
+	mapfile -t feed < <(grep $'^F\t' <<<"$out" | cut -f 2- |
+		awk -F '\t' '{ printf "  seq %-10s %-34s %-40s %5s s ago\n", $1, $2, $3, $4 }')
+	fresh=$(grep $'^A\t' <<<"$out" | cut -f 2) || true
 	read -r sent prate < <(producer_progress)
 	flushes=$(grep -c '^ok ' "$DIR/flush.log" 2>/dev/null || true)
 	ferrors=$(grep -c '^error ' "$DIR/flush.log" 2>/dev/null || true)
@@ -313,7 +326,7 @@ render() {
 		-v stale="$stale" -v dead="$dead" -v batches="$batches" -v staged="$staged" \
 		-v flushes="$flushes" -v ferrors="$ferrors" -v faults="$FAULT_TEXT" \
 		-v wpid="$wpid" -v wstate="$wstate" -v p50="$p50" -v pmax="$pmax" -v lasterr="$lasterr" \
-		-v flushloop="$FLUSH_LOOP" -v waiting="$waiting" -v pipeline="$PIPELINE" \
+		-v flushloop="$FLUSH_LOOP" -v waiting="$waiting" -v pipeline="$PIPELINE" -v fresh="${fresh:--}" \
 		-v level0="${tree[0]:-}" '
 	function th(x,   s, r, neg) {
 		s = sprintf("%.0f", x); neg = s ~ /^-/; if (neg) s = substr(s, 2)
@@ -350,8 +363,13 @@ render() {
 				(lasterr != "-" ? "; last error: " lasterr : "")
 		else
 			printf "worker    none\n"
-		printf "\n%-30s%22s%10s\n", "aggregates (" pipeline ".aggregates)", "total", "trades"
+		printf "fresh     the aggregates last changed %s s ago\n", (fresh == "" ? "-" : fresh)
+		printf "feed      the last changes of " pipeline ".feed (old -> new total):\n"
 	}' >"$DIR/frame"
+	if [ "$PLAIN" != 1 ]; then
+		if [ "${#feed[@]}" -gt 0 ]; then printf '%s\n' "${feed[@]}"; else echo "  (none yet)"; fi
+		printf '\n%-30s%22s%10s\n' "aggregates ($PIPELINE.aggregates)" total trades
+	fi >>"$DIR/frame"
 	if [ "$PLAIN" = 1 ]; then
 		cat "$DIR/frame"
 		return 0
@@ -410,7 +428,7 @@ T_END=$(now)
 declare -A P
 while read -r k v; do P[$k]=$v; done <"$DIR/producer.out"
 
-IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches < <(
+IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches feed_diff feed_rows < <(
 	"${PSQL[@]}" -At -F $'\t' <<SQL
 WITH agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPELINE.aggregates),
      tru AS (SELECT risk_type, region, trade_desk, level, total, keys FROM demo.truth)
@@ -420,7 +438,16 @@ SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM tru) x)
        (SELECT count(*) FROM demo.truth_state t FULL JOIN $PIPELINE.state s USING (key)
          WHERE (t.version, t.value, t.risk_type, t.region, t.trade_desk, t.deleted)
                IS DISTINCT FROM (s.version, s.value, s.risk_type, s.region, s.trade_desk, s.deleted)),
-       p.ingested, p.applied, p.duplicates, p.stale, p.dead_lettered, p.queued, p.staged, p.batches
+       p.ingested, p.applied, p.duplicates, p.stale, p.dead_lettered, p.queued, p.staged, p.batches,
+       (SELECT count(*) FROM (
+          (SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPELINE.aggregates
+           EXCEPT ALL SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
+             FROM $PIPELINE.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) <> 0)
+          UNION ALL
+          (SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
+             FROM $PIPELINE.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) <> 0
+           EXCEPT ALL SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPELINE.aggregates)) f),
+       (SELECT count(*) FROM $PIPELINE.feed)
   FROM exactonce.pipelines p WHERE p.name = '$PIPELINE';
 SQL
 )
@@ -451,6 +478,7 @@ fails=()
 	fails+=("applied + duplicates + stale = $((applied + dup + stale)) != $((originals + resends)) first sendings and resends")
 [ "$dead" = 0 ] || fails+=("$dead events dead-lettered, though the stream holds no conflicting or invalid event")
 [ "$queued" = 0 ] && [ "$staged" = 0 ] || fails+=("after the final flush $queued events are queued and $staged batches staged")
+[ "$feed_diff" = 0 ] || fails+=("$PIPELINE.feed replayed from its start differs from the aggregates in $feed_diff cells")
 
 th() { echo "$1" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|[,.]\)/\1,\2\3/; ta'; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -466,6 +494,7 @@ say "== the pipeline took them through state, map and reduce in $(th "$batches")
 say "   stream to exact aggregates: $(secs "$T_START" "$T_END") s, $(th "$(rate "$sent" "$T_START" "$T_END")") events/s end to end; total wall time $(secs "$T_BEGIN" "$T_END") s"
 say "   ingested $(th "$ingested") = applied $(th "$applied") + duplicates $(th "$dup") + stale $(th "$stale") + dead-lettered $(th "$dead")"
 say "   aggregates: $(th "$agg_cells") cells, the producer's truth: $(th "$truth_cells") cells; differing: $((only_agg + only_truth))"
+say "   change feed: $(th "$feed_rows") changes; replayed from the start, they differ from the aggregates in $feed_diff cells"
 say ""
 "${PSQL[@]}" -At <<SQL
 SELECT rpad('aggregates (top)', 30) || lpad('total', 22) || lpad('trades', 10);
