@@ -308,6 +308,7 @@ label() {
 	eo_distinct) echo "worker drain, + distinct" ;;
 	eo_cube) echo "worker drain, cube" ;;
 	eo_feed) echo "worker drain, with the feed" ;;
+	eo_prune) echo "worker drain, retention horizon" ;;
 	eo_readings) echo "worker drain, accumulate" ;;
 	eo_windows) echo "accumulate, in windows" ;;
 	sus_rate) echo "sustained, $(th "$RATE")/s offered" ;;
@@ -783,6 +784,43 @@ SQL
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
 }
 
+# prune_run RUN: section 3's worker drain into a pipeline with a retention
+# horizon (0: every event is above it, and the state stage checks each);
+# exact as the plain drain; then a prune of the tombstones below the median
+# version, timed, after which the aggregates must not have moved.
+prune_run() {
+	local run=$1 pruned
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS);
+SELECT exactonce.prune('$PIPE', 0);
+SELECT exactonce.pause('$PIPE');
+SQL
+	load_queue
+	sql -c "CHECKPOINT" >/dev/null
+	drain_timed "$run" "$EVENTS"
+	check_exactonce
+	pruned=$(sql <<SQL | tail -n 1
+CREATE TEMP TABLE before AS SELECT * FROM $PIPE.aggregates;
+CREATE FUNCTION pg_temp.prune_ms(h bigint) RETURNS text LANGUAGE plpgsql AS \$\$
+DECLARE t0 timestamptz := clock_timestamp(); n bigint;
+BEGIN
+	SELECT forgotten INTO n FROM exactonce.prune('$PIPE', h);
+	RETURN n || ' tombstones below the median version forgotten in '
+		|| round(extract(epoch FROM clock_timestamp() - t0)::numeric * 1000) || ' ms';
+END \$\$;
+SELECT pg_temp.prune_ms((SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY version) FROM $PIPE.state))
+	|| CASE WHEN (SELECT count(*) FROM (SELECT * FROM before EXCEPT ALL SELECT * FROM $PIPE.aggregates) d) = 0
+	        THEN '' ELSE '; FAIL: the aggregates moved' END;
+SQL
+)
+	[[ $pruned != *FAIL* ]] || VERDICT="FAIL: prune moved the aggregates${VERDICT#PASS}"
+	record "$run" "$EVENTS" "$SECS" "$WAL" "$(mon_value "$run" peak_rss_anon_kb)" "$(mon_value "$run" cpu_s)" "$VERDICT" "$pruned"
+	R_SIZES[$run]="$(sizes $PIPE.state $PIPE.ledger $PIPE.aggregates)"
+	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $pruned; $VERDICT"
+}
+
 # windows_run RUN WIDTH: section 3's worker drain of the events as readings
 # into an accumulate pipeline, in windows of WIDTH (a SQL interval, or NULL
 # for none) with a lateness that takes every reading; exact when its
@@ -841,6 +879,7 @@ SQL
 	aggregates_run eo_distinct "'{}'" distinct
 	cube_run eo_cube
 	feed_run eo_feed
+	prune_run eo_prune
 	windows_run eo_readings NULL
 	windows_run eo_windows "'10 minutes'"
 	sql -c "DROP TABLE bench.events" >/dev/null
@@ -1216,7 +1255,7 @@ say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / nai
 [ "$AGGREGATES" = 0 ] ||
 	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
 [ "$AGGREGATES" = 0 ] ||
-	say "  worker drain, with the feed / plain  $(ratio eo_feed eo_workers)"
+	say "  worker drain, with the feed / plain  $(ratio eo_feed eo_workers);  with a retention horizon / plain $(ratio eo_prune eo_workers)"
 	say "  worker drain, cube / plain           $(ratio eo_cube eo_workers);  accumulate, in windows / plain accumulate $(ratio eo_windows eo_readings)"
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
