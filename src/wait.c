@@ -57,10 +57,12 @@ CheckWaiter(Pipeline *p)
 
 /*
  * Unapplied counts the rows visible to before that a shard has still to
- * take, or -1 while a partition is being truncated.
+ * take, or -1 while a partition is being truncated.  *last is the rotation
+ * that took inserts when before was taken (-1: not read yet): the later
+ * partitions hold no row visible to it and are not scanned.
  */
 static int64
-Unapplied(Pipeline *p, Snapshot before, bool *paused)
+Unapplied(Pipeline *p, Snapshot before, int64 *last, bool *paused)
 {
 	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
@@ -70,7 +72,9 @@ Unapplied(Pipeline *p, Snapshot before, bool *paused)
 	/* positions first: read before the rotation, they are never ahead of it */
 	ProgressShardsRead(p, false, shards);
 	ProgressRead(p, &rotation, &drain_rotation, paused);
-	return QueueDepth(p, rotation, drain_rotation, shards, before, &oldest);
+	if (*last < 0)
+		*last = rotation;
+	return QueueDepth(p, Min(rotation, *last), drain_rotation, shards, before, &oldest);
 }
 
 /*
@@ -86,6 +90,7 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	Pipeline   *p;
 	int			nestlevel;
 	int64		left;
+	int64		last = -1;
 	bool		paused;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -123,7 +128,7 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 		long		ms;
 
 		PipelineActAsOwner(p);
-		left = Unapplied(p, before, &paused);
+		left = Unapplied(p, before, &last, &paused);
 		PipelineActAsCaller(p);
 		if (left == 0)
 			break;
