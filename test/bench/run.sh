@@ -708,20 +708,28 @@ SQL
 	log "   $(th "$(calc "%f" "$EVENTS / $SECS")") events/s; $VERDICT"
 }
 
+# drain_with RUN OPTIONS SETUP: section 3's worker drain of the events into
+# a fresh pipeline made with create_pipeline OPTIONS (", name => value"),
+# SETUP run after it, paused while the queue is loaded.
+drain_with() {
+	sql >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
+SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS$2);
+$3
+SELECT exactonce.pause('$PIPE');
+SQL
+	load_queue
+	sql -c "CHECKPOINT" >/dev/null
+	drain_timed "$1" "$EVENTS"
+}
+
 # cube_run RUN: section 3's worker drain into a pipeline whose cells are the
 # CUBE of its dimensions; exact when they equal GROUP BY CUBE over the
 # producer's final state, and the counters add up.
 cube_run() {
 	local run=$1 diff counters
-	sql >/dev/null <<SQL
-SET client_min_messages = warning;
-SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
-SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS, grouping_sets => 'cube');
-SELECT exactonce.pause('$PIPE');
-SQL
-	load_queue
-	sql -c "CHECKPOINT" >/dev/null
-	drain_timed "$run" "$EVENTS"
+	drain_with "$run" ", grouping_sets => 'cube'" ""
 	IFS='|' read -r diff counters < <(sql -F '|' <<SQL
 SELECT bench.diff('(SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPE.aggregates) a',
 	'(SELECT risk_type, region, trade_desk,
@@ -760,16 +768,7 @@ SQL
 # from its start rebuilds them.
 feed_run() {
 	local run=$1 replay
-	sql >/dev/null <<SQL
-SET client_min_messages = warning;
-SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
-SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS);
-SELECT exactonce.set_feed('$PIPE', true);
-SELECT exactonce.pause('$PIPE');
-SQL
-	load_queue
-	sql -c "CHECKPOINT" >/dev/null
-	drain_timed "$run" "$EVENTS"
+	drain_with "$run" "" "SELECT exactonce.set_feed('$PIPE', true);"
 	check_exactonce
 	replay=$(sql <<SQL
 SELECT bench.diff('(SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPE.aggregates) a',
@@ -790,16 +789,7 @@ SQL
 # version, timed, after which the aggregates must not have moved.
 prune_run() {
 	local run=$1 pruned
-	sql >/dev/null <<SQL
-SET client_min_messages = warning;
-SELECT exactonce.drop_pipeline('$PIPE', force => true) FROM exactonce.pipeline WHERE name = '$PIPE';
-SELECT exactonce.create_pipeline('$PIPE', $DIMS, shards => $SHARDS);
-SELECT exactonce.prune('$PIPE', 0);
-SELECT exactonce.pause('$PIPE');
-SQL
-	load_queue
-	sql -c "CHECKPOINT" >/dev/null
-	drain_timed "$run" "$EVENTS"
+	drain_with "$run" "" "SELECT exactonce.prune('$PIPE', 0);"
 	check_exactonce
 	pruned=$(sql <<SQL | tail -n 1
 CREATE TEMP TABLE before AS SELECT * FROM $PIPE.aggregates;
