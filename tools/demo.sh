@@ -248,7 +248,7 @@ SELECT 'L', '  ' || rpad(concat_ws(' / ', risk_type, region, trade_desk), 28)
  ORDER BY abs(total) DESC, risk_type, region, trade_desk
  LIMIT $2;
 SELECT 'F', f.seq, concat_ws(' / ', coalesce(f.risk_type, 'all'), f.region, f.trade_desk),
-       to_char(f.old_total, 'FM999,999,999,990.00') || ' -> ' || to_char(f.new_total, 'FM999,999,999,990.00'),
+       to_char(f.old_total, 'FM999,999,999,990') || ' -> ' || to_char(f.new_total, 'FM999,999,999,990'),
        round(extract(epoch FROM clock_timestamp() - f.changed_at)::numeric, 1)
   FROM (SELECT * FROM $PIPELINE.feed ORDER BY seq DESC LIMIT 3) f ORDER BY f.seq;
 SELECT 'A', round(extract(epoch FROM clock_timestamp() - max(updated_at))::numeric, 2) FROM $PIPELINE.aggregates;
@@ -298,7 +298,7 @@ render() {
 	mapfile -t tree < <(grep $'^T\t' <<<"$out" | cut -f 2-)
 	mapfile -t leaves < <(grep $'^L\t' <<<"$out" | cut -f 2-)
 	mapfile -t feed < <(grep $'^F\t' <<<"$out" | cut -f 2- |
-		awk -F '\t' '{ printf "  seq %-10s %-34s %-40s %5s s ago\n", $1, $2, $3, $4 }')
+		awk -F '\t' '{ printf "  #%-8s %-26s %-28s %5ss ago\n", $1, $2, $3, $4 }')
 	fresh=$(grep $'^A\t' <<<"$out" | cut -f 2) || true
 	read -r sent prate < <(producer_progress)
 	flushes=$(grep -c '^ok ' "$DIR/flush.log" 2>/dev/null || true)
@@ -364,7 +364,7 @@ render() {
 		else
 			printf "worker    none\n"
 		printf "fresh     the aggregates last changed %s s ago\n", (fresh == "" ? "-" : fresh)
-		printf "feed      the last changes of " pipeline ".feed (old -> new total):\n"
+		printf "feed      the last changes of " pipeline ".feed (seq, cell, old -> new total):\n"
 	}' >"$DIR/frame"
 	if [ "$PLAIN" != 1 ]; then
 		if [ "${#feed[@]}" -gt 0 ]; then printf '%s\n' "${feed[@]}"; else echo "  (none yet)"; fi
