@@ -2,7 +2,8 @@
 # pg_restore (custom format) and psql (plain format) into another database
 # and into another cluster: the restored copy drains every event once, from
 # where the dump left it, and goes on with new events; idempotency tokens
-# claimed before the dump stay claimed.
+# claimed before the dump stay claimed; the change feed, its consumer's
+# position, a named view and the retention horizon come back with it.
 
 use strict;
 use warnings;
@@ -16,8 +17,15 @@ my $node = eo_node('dump');
 my $db = 'postgres';
 eo_setup($node, $db);
 $node->safe_psql($db, "SELECT exactonce.once('payments', 'order-1')");
+$node->safe_psql(
+	$db, q{
+SELECT exactonce.set_feed('trades', true);
+SELECT exactonce.create_view('trades', 'delta_desks', ARRAY['trade_desk'], $$risk_type = 'Delta'$$);
+SELECT exactonce.prune('trades', 0);
+});
 eo_produce($node, $db, 1, 5000);
 ok(eo_wait_drained($node, $db), 'a first load drained');
+$node->safe_psql($db, "SELECT count(*) FROM exactonce.feed_read('trades', 'mirror', 50)");
 ok(eo_half_drain($node, $db, 5001, 35000), 'half way through a partition');
 my $part = eo_queue_partition($node, $db);
 
@@ -48,6 +56,23 @@ sub check_restored
 	eo_produce($target, $tdb, 35001, 40000);
 	$target->safe_psql($tdb, "SELECT exactonce.flush('trades')");
 	eo_check($target, $tdb, "$label, more events");
+	is( $target->safe_psql(
+			$tdb, q{
+SELECT (SELECT position FROM exactonce.feed_consumers WHERE consumer = 'mirror') = 50
+   AND (SELECT min(seq) FROM exactonce.feed_read('trades', 'mirror', 10)) = 51
+   AND (SELECT retention_horizon FROM exactonce.pipelines) = 0}),
+		't', "$label: the feed consumer goes on from its position; the retention horizon is kept");
+	is( $target->safe_psql(
+			$tdb, q{
+SELECT (SELECT count(*) FROM
+	(SELECT level, risk_type, region, trade_desk, total, keys FROM trades.aggregates
+	 EXCEPT ALL SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
+	 FROM trades.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) <> 0) f)
+	+ (SELECT count(*) FROM
+	(SELECT trade_desk, total FROM trades.delta_desks
+	 EXCEPT ALL SELECT trade_desk, sum(total) FROM trades.aggregates
+	 WHERE level = 3 AND risk_type = 'Delta' GROUP BY trade_desk) v)}),
+		'0', "$label: the feed replayed rebuilds the aggregates, and the view reads them");
 	return;
 }
 
