@@ -34,7 +34,8 @@ OBJS = \
 	src/verify.o \
 	src/replay.o \
 	src/feed.o \
-	src/retention.o
+	src/retention.o \
+	src/distributed.o
 
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
 	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql
@@ -55,6 +56,10 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 # -Wextra on top of PGXS's -Wall; the three exclusions are noise from the
 # server headers themselves, not from this code.
 PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+
+# distributed.c reaches the nodes of a distributed pipeline with libpq
+PG_CPPFLAGS = -I$(libpq_srcdir)
+SHLIB_LINK_INTERNAL = $(libpq)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

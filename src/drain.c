@@ -42,6 +42,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "distributed.h"
 #include "drain.h"
 #include "event.h"
 #include "map.h"
@@ -674,6 +675,8 @@ exactonce_flush(PG_FUNCTION_ARGS)
 	int64		taken;
 	int			nestlevel;
 
+	if (DistributedRun(text_to_cstring(PG_GETARG_TEXT_PP(0)), "flush", false, &taken))
+		PG_RETURN_INT64(taken);
 	PipelineRequireReadCommitted("exactonce.flush()");
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();

@@ -1,7 +1,7 @@
 /*
  * exactonce 1.3 -> 1.4: named aggregate views, waiting for what was
  * committed to be applied, verify and rebuild, dead letters replayed, a
- * change feed, retention.
+ * change feed, retention, distributed pipelines on postgres_fdw.
  *
  * exactonce.create_view() adds a view of a pipeline's cells with keys of
  * its own (dimensions, or expressions over them) and a filter, fed by the
@@ -113,6 +113,26 @@ AS 'MODULE_PATHNAME', 'exactonce_prune'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.prune(text, bigint, interval) IS
 	'delete the tombstones (latest mode) or seen rows (accumulate mode) of versions below below_version and raise the retention horizon to it (it never goes down): from then on an event below it that the pipeline cannot tell from a resend is dead-lettered with that reason; also delete dead letters older than dead_letters_older_than; owner only, READ COMMITTED, in the caller''s transaction';
+
+CREATE TABLE exactonce.distributed_pipeline (
+	name		name PRIMARY KEY,
+	owner		regrole NOT NULL,
+	servers		name[] NOT NULL,
+	dimensions	text[] NOT NULL,
+	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE exactonce.distributed_pipeline IS
+	'distributed pipelines of this coordinator: a pipeline of the same name on the node of each foreign server, ingest''s hash partition i on servers[i]';
+SELECT pg_catalog.pg_extension_config_dump('exactonce.distributed_pipeline', '');
+GRANT SELECT ON exactonce.distributed_pipeline TO PUBLIC;
+
+CREATE FUNCTION exactonce.create_distributed_pipeline(name text, dimensions text[], servers name[],
+													  mode text DEFAULT 'latest', shards integer DEFAULT 2)
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_create_distributed_pipeline'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer) IS
+	'create pipeline "name" on the node of each postgres_fdw foreign server (with the caller''s user mappings) and, here, schema "name": ingest partitioned by hash of key over foreign tables on the nodes'' queues, aggregates summing the nodes'' cells, and nodes, each node''s row of exactonce.pipelines; drop_pipeline, flush, pause and resume act on every node';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,

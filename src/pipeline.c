@@ -41,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "drain.h"
+#include "distributed.h"
 #include "pipeline.h"
 #include "progress.h"
 #include "statement.h"
@@ -1375,6 +1376,8 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("pipeline name must not be NULL")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (DistributedRun(name, "drop", force, &dummy))
+		PG_RETURN_VOID();
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -1441,6 +1444,8 @@ SetPaused(const char *name, bool paused)
 	int64		dummy;
 	bool		was_paused;
 
+	if (DistributedRun(name, paused ? "pause" : "resume", false, &dummy))
+		return;
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);

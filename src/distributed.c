@@ -1,0 +1,475 @@
+/*-------------------------------------------------------------------------
+ *
+ * distributed.c
+ *		Key-sharded pipelines over several servers, on postgres_fdw.
+ *
+ * A distributed pipeline is an ordinary pipeline of the same name on each
+ * node, drained there by its own workers, and at the coordinator a schema
+ * of the same name with:
+ *	 - ingest, partitioned BY HASH (key COLLATE "C"), whose partitions are
+ *	   postgres_fdw foreign tables on the nodes' queues: an INSERT or COPY
+ *	   routes each event by PostgreSQL's hash partitioning of its key, the
+ *	   same function everywhere, so all events of a key, its state and its
+ *	   contribution to the cells live on one node;
+ *	 - aggregates, a view summing the nodes' cells per cell and level: each
+ *	   node's cells are exact for its keys, and the keys of two nodes never
+ *	   meet, so the sums are exact;
+ *	 - nodes, a view of each node's row of exactonce.pipelines.
+ * A node that is down makes an insert for its keys, or a read of the
+ * aggregates, fail with an error that names its server; nothing partial is
+ * returned.  A producer whose statement failed resends it: the events that
+ * reached a node before are duplicates there.
+ *
+ * The nodes are reached with the foreign servers and user mappings the
+ * caller made, through libpq, the way postgres_fdw connects: to create,
+ * drop, flush, pause and resume the pipeline on each.  A role that is not
+ * a superuser must connect with a password, as postgres_fdw demands.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "executor/spi.h"
+#include "foreign/foreign.h"
+#include "libpq-fe.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "distributed.h"
+#include "statement.h"
+
+PG_FUNCTION_INFO_V1(exactonce_create_distributed_pipeline);
+
+#define DIST_MAX_NODES	64
+
+/* A distributed pipeline as its registry row has it. */
+typedef struct Distributed
+{
+	char	   *name;
+	Oid			owner;
+	int			nnodes;
+	char	   *servers[DIST_MAX_NODES];
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+} Distributed;
+
+/*
+ * NodeConnect connects to the node of a postgres_fdw foreign server with
+ * the current user's mapping.
+ */
+static PGconn *
+NodeConnect(const char *servername)
+{
+	ForeignServer *server = GetForeignServerByName(servername, false);
+	ForeignDataWrapper *fdw = GetForeignDataWrapper(server->fdwid);
+	UserMapping *um;
+	PQconninfoOption *known = PQconndefaults();
+	const char **keywords;
+	const char **values;
+	int			n = 0;
+	List	   *options;
+	ListCell   *lc;
+	PGconn	   *conn;
+
+	if (strcmp(fdw->fdwname, "postgres_fdw") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("server \"%s\" is not a postgres_fdw server", servername)));
+	if (pg_foreign_server_aclcheck(server->serverid, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for foreign server %s", servername)));
+	um = GetUserMapping(GetUserId(), server->serverid);
+	options = list_concat(list_copy(server->options), um->options);
+	keywords = palloc(sizeof(char *) * (list_length(options) + 3));
+	values = palloc(sizeof(char *) * (list_length(options) + 3));
+
+	/* the options libpq knows; postgres_fdw's own ones are not for it */
+	foreach(lc, options)
+	{
+		DefElem    *d = lfirst_node(DefElem, lc);
+
+		for (PQconninfoOption *o = known; o != NULL && o->keyword != NULL; o++)
+			if (strcmp(o->keyword, d->defname) == 0 && strchr(o->dispchar, 'D') == NULL)
+			{
+				keywords[n] = d->defname;
+				values[n++] = defGetString(d);
+				break;
+			}
+	}
+	keywords[n] = "fallback_application_name";
+	values[n++] = "exactonce";
+	keywords[n] = "client_encoding";
+	values[n++] = GetDatabaseEncodingName();
+	keywords[n] = NULL;
+	values[n] = NULL;
+	PQconninfoFree(known);
+
+	conn = PQconnectdbParams(keywords, values, false);
+	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
+	{
+		char	   *msg = conn ? pchomp(PQerrorMessage(conn)) : "out of memory";
+
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not connect to server \"%s\"", servername),
+				 errdetail_internal("%s", msg)));
+	}
+	if (!superuser() && !PQconnectionUsedPassword(conn))
+	{
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("password is required"),
+				 errdetail("Non-superuser cannot connect if the server does not request a password."),
+				 errhint("The user mapping for server \"%s\" must carry a password the node asks for.",
+						 servername)));
+	}
+	return conn;
+}
+
+/*
+ * NodeExec runs one statement with text parameters on the node of a server
+ * and returns the first column of its first row (NULL if none).  An error
+ * there is raised here, with its SQLSTATE, naming the server.
+ */
+static char *
+NodeExec(const char *servername, const char *sql, int nparams, const char **params)
+{
+	PGconn	   *conn = NodeConnect(servername);
+	char	   *result = NULL;
+	char	   *error = NULL;
+	char	   *sqlstate = NULL;
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	if (res == NULL || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK))
+	{
+		error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+		if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
+			sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+	}
+	else if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+		result = pstrdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	PQfinish(conn);
+	if (error)
+		ereport(ERROR,
+				(errcode(sqlstate && strlen(sqlstate) == 5 ?
+						 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
+						 ERRCODE_FDW_ERROR),
+				 errmsg("on server \"%s\": %s", servername, error)));
+	return result;
+}
+
+/*
+ * NodeDrop drops the pipeline on the node of a server; with quietly, an
+ * error there is forgotten (the node is down, or had no such pipeline).
+ */
+static void
+NodeDrop(const char *servername, const char *name, bool force, bool quietly)
+{
+	const char *params[2] = {name, force ? "true" : "false"};
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		(void) NodeExec(servername, "SELECT exactonce.drop_pipeline($1, $2::boolean)", 2, params);
+	}
+	PG_CATCH();
+	{
+		if (!quietly)
+			PG_RE_THROW();
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * DistributedLoad reads a distributed pipeline's registry row; false if
+ * there is none.  SPI must be connected.
+ */
+static bool
+DistributedLoad(const char *name, Distributed *d)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Datum	   *elems;
+	int			n;
+	bool		isnull;
+	Oid			nsp = get_namespace_oid("exactonce", true);
+
+	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
+		return false;
+	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions FROM exactonce.distributed_pipeline"
+							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.distributed_pipeline");
+	if (SPI_processed == 0)
+		return false;
+	d->name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	d->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
+					  NAMEOID, NAMEDATALEN, false, TYPALIGN_CHAR, &elems, NULL, &n);
+	d->nnodes = n;
+	for (int i = 0; i < n; i++)
+		d->servers[i] = pstrdup(NameStr(*DatumGetName(elems[i])));
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	d->ndims = n;
+	for (int i = 0; i < n; i++)
+		d->dims[i] = TextDatumGetCString(elems[i]);
+	return true;
+}
+
+/*
+ * DistributedRun does action (flush, pause, resume, drop) on a distributed
+ * pipeline's nodes, if name is one, and returns true; *result is the sum of
+ * what flush returned.  drop also drops the coordinator's schema and
+ * registry row (force: even if a node cannot be reached).
+ */
+bool
+DistributedRun(const char *name, const char *action, bool force, int64 *result)
+{
+	Distributed d;
+	int			nestlevel;
+	const char *params[1] = {name};
+
+	*result = 0;
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (!DistributedLoad(name, &d))
+	{
+		StatementUnpinSearchPath(nestlevel);
+		SPI_finish();
+		return false;
+	}
+	if (!has_privs_of_role(GetUserId(), d.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of distributed pipeline \"%s\"", name)));
+	for (int i = 0; i < d.nnodes; i++)
+	{
+		char	   *r;
+
+		if (strcmp(action, "drop") == 0)
+		{
+			NodeDrop(d.servers[i], name, force, force);
+			continue;
+		}
+		r = NodeExec(d.servers[i], psprintf("SELECT exactonce.%s($1)", action), 1, params);
+		if (r != NULL && strcmp(action, "flush") == 0)
+			*result += pg_strtoint64(r);
+	}
+	if (strcmp(action, "drop") == 0)
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(name)};
+
+		if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
+			elog(ERROR, "could not drop schema of distributed pipeline \"%s\"", name);
+		StatementExecAs(StatementTableOwner("distributed_pipeline"),
+						StatementPrepareFixed("DELETE FROM exactonce.distributed_pipeline"
+											  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+											  1, types),
+						values, NULL, false, 1);
+	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	return true;
+}
+
+/*
+ * BuildCoordinatorDDL returns the statements that make the coordinator's
+ * schema of a distributed pipeline.
+ */
+static char *
+BuildCoordinatorDDL(Distributed *d)
+{
+	StringInfoData sql;
+	StringInfoData dims;
+	StringInfoData dimcols;
+	const char *s = quote_identifier(d->name);
+	const char *remote = quote_literal_cstr(d->name);
+
+	initStringInfo(&dims);
+	initStringInfo(&dimcols);
+	for (int i = 0; i < d->ndims; i++)
+	{
+		appendStringInfo(&dims, "%s, ", quote_identifier(d->dims[i]));
+		appendStringInfo(&dimcols, "%s text, ", quote_identifier(d->dims[i]));
+	}
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE SCHEMA %s;\n"
+					 "COMMENT ON SCHEMA %s IS 'exactonce distributed pipeline: its nodes are the foreign servers of ingest''s partitions';\n"
+					 "CREATE TABLE %s.ingest (key text COLLATE \"C\" NOT NULL, version bigint NOT NULL,"
+					 " value numeric NOT NULL",
+					 s, s, s);
+	for (int i = 0; i < d->ndims; i++)
+		appendStringInfo(&sql, ", %s text NOT NULL", quote_identifier(d->dims[i]));
+	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
+					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"
+					 " PARTITION BY HASH (key);\n"
+					 "COMMENT ON TABLE %s.ingest IS 'exactonce: the queue; INSERT or COPY events here, each goes to the node of its key (hash partitioning)';\n",
+					 s);
+	for (int i = 0; i < d->nnodes; i++)
+	{
+		const char *srv = quote_identifier(d->servers[i]);
+
+		appendStringInfo(&sql,
+						 "CREATE FOREIGN TABLE %1$s.ingest_%2$d PARTITION OF %1$s.ingest"
+						 " FOR VALUES WITH (MODULUS %3$d, REMAINDER %2$d)"
+						 " SERVER %4$s OPTIONS (schema_name %5$s, table_name 'ingest');\n"
+						 "CREATE FOREIGN TABLE %1$s.aggregates_%2$d (%6$slevel integer, total numeric,"
+						 " keys bigint, updated_at timestamptz)"
+						 " SERVER %4$s OPTIONS (schema_name %5$s, table_name 'aggregates');\n"
+						 "CREATE FOREIGN TABLE %1$s.node_%2$d (name name, paused boolean, queued bigint,"
+						 " lag interval, ingested bigint, applied bigint, duplicates bigint, stale bigint,"
+						 " dead_lettered bigint, batches bigint, worker_state text, latency_p99 interval,"
+						 " last_error text)"
+						 " SERVER %4$s OPTIONS (schema_name 'exactonce', table_name 'pipelines');\n",
+						 s, i, d->nnodes, srv, remote, dimcols.data);
+	}
+	appendStringInfo(&sql, "CREATE VIEW %s.aggregates AS SELECT %slevel, pg_catalog.sum(total) AS total,"
+					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, pg_catalog.max(updated_at) AS updated_at FROM (",
+					 s, dims.data);
+	for (int i = 0; i < d->nnodes; i++)
+		appendStringInfo(&sql, "%sSELECT * FROM %s.aggregates_%d", i > 0 ? " UNION ALL " : "", s, i);
+	appendStringInfo(&sql, ") a GROUP BY %slevel;\n"
+					 "COMMENT ON VIEW %s.aggregates IS 'exactonce: the cells of all nodes, summed per cell and level; an error names a node that cannot be reached';\n"
+					 "CREATE VIEW %s.nodes AS ",
+					 dims.data, s, s);
+	for (int i = 0; i < d->nnodes; i++)
+		appendStringInfo(&sql, "%sSELECT %s::pg_catalog.name AS server, n.* FROM %s.node_%d n"
+						 " WHERE n.name OPERATOR(pg_catalog.=) %s",
+						 i > 0 ? " UNION ALL " : "", quote_literal_cstr(d->servers[i]), s, i, remote);
+	appendStringInfo(&sql, ";\nCOMMENT ON VIEW %s.nodes IS 'exactonce: each node''s row of exactonce.pipelines';\n", s);
+	return sql.data;
+}
+
+/*
+ * exactonce_create_distributed_pipeline creates a pipeline on each node of
+ * servers (postgres_fdw foreign servers) and the coordinator's schema over
+ * them.  A node that fails makes the pipelines made on the others dropped
+ * again, as far as they can be reached.
+ */
+Datum
+exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
+{
+	Distributed d = {0};
+	ArrayType  *servers;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			nestlevel;
+	char	   *dims_text;
+	char	   *mode;
+	char	   *shards;
+	volatile int made = 0;
+	MemoryContext cxt;
+	Oid			out;
+	bool		varlena;
+	Oid			types[4] = {TEXTOID, REGROLEOID, NAMEARRAYOID, TEXTARRAYOID};
+	Datum		values[4];
+
+	for (int i = 0; i < 5; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the arguments of create_distributed_pipeline must not be NULL")));
+	d.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	getTypeOutputInfo(TEXTARRAYOID, &out, &varlena);
+	dims_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(1));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n < 1 || n > EXACTONCE_MAX_DIMENSIONS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline has 1 to %d dimensions", EXACTONCE_MAX_DIMENSIONS)));
+	d.ndims = n;
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("dimensions must not contain NULL")));
+		d.dims[i] = TextDatumGetCString(elems[i]);
+	}
+	servers = PG_GETARG_ARRAYTYPE_P(2);
+	deconstruct_array(servers, NAMEOID, NAMEDATALEN, false, TYPALIGN_CHAR, &elems, &nulls, &n);
+	if (n < 1 || n > DIST_MAX_NODES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a distributed pipeline has 1 to %d servers", DIST_MAX_NODES)));
+	d.nnodes = n;
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("servers must not contain NULL")));
+		d.servers[i] = pstrdup(NameStr(*DatumGetName(elems[i])));
+		for (int j = 0; j < i; j++)
+			if (strcmp(d.servers[i], d.servers[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("server \"%s\" is listed twice", d.servers[i]),
+						 errdetail("Each node holds the keys of one hash partition.")));
+		(void) GetForeignServerByName(d.servers[i], false);
+	}
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	shards = psprintf("%d", PG_GETARG_INT32(4));
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (OidIsValid(get_namespace_oid(d.name, true)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_SCHEMA),
+				 errmsg("schema \"%s\" already exists", d.name),
+				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
+
+	/* the pipeline on each node; undone on the others if one fails */
+	cxt = CurrentMemoryContext;
+	PG_TRY();
+	{
+		const char *params[4] = {d.name, dims_text, mode, shards};
+
+		for (; made < d.nnodes; made++)
+			(void) NodeExec(d.servers[made],
+							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer)", 4, params);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *err;
+
+		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
+		FlushErrorState();
+		for (int i = 0; i < made; i++)
+			NodeDrop(d.servers[i], d.name, true, true);
+		ReThrowError(err);
+	}
+	PG_END_TRY();
+
+	if (SPI_execute(BuildCoordinatorDDL(&d), false, 0) < 0)
+		elog(ERROR, "could not create the coordinator's schema of distributed pipeline \"%s\"", d.name);
+	values[0] = CStringGetTextDatum(d.name);
+	values[1] = ObjectIdGetDatum(GetUserId());
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = PG_GETARG_DATUM(1);
+	StatementExecAs(StatementTableOwner("distributed_pipeline"),
+					StatementPrepareFixed("INSERT INTO exactonce.distributed_pipeline (name, owner, servers, dimensions)"
+										  " VALUES ($1::pg_catalog.name, $2, $3, $4)", 4, types),
+					values, NULL, false, 1);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
