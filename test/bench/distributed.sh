@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# test/bench/distributed.sh [EVENTS]: the cost of the routing layer of a
+# distributed pipeline (postgres_fdw), on this machine.  Four throwaway
+# clusters (tools/cluster.sh): a coordinator, two nodes, and one more node
+# alone.  The same events (tools/producer --output, default 500,000) go
+#   1. into a pipeline on the single node (COPY into its queue);
+#   2. through the coordinator into the two nodes (COPY into the
+#      coordinator's ingest, which routes each event by the hash of its key),
+#      and 2b. the same with one INSERT ... SELECT, which postgres_fdw sends
+#      in batches;
+#   3. straight into the two nodes, each getting the keys of its hash
+#      partition, two COPYs at once;
+# each with the workers draining as the events arrive, timed from the start
+# of the COPY to every event applied.  Each run must end with aggregates
+# equal to the producer's truth.  All clusters share the machine's cores.
+# Run as root or as the postgres OS user, after "make install".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+EVENTS=${1:-500000}
+BASE=/tmp/exactonce-dist
+PORT0=55480
+DIMS="ARRAY['risk_type', 'region', 'trade_desk']"
+FAILED=0
+
+now() { date +%s.%N; }
+psql_on() { local dir=$1 port=$2; shift 2; PGHOST=$dir PGPORT=$port psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
+
+rm -rf "$BASE"
+mkdir -p "$BASE"
+[ "$(id -u)" = 0 ] && chown postgres: "$BASE"
+make -s -C tools producer >/dev/null
+tools/producer --events "$EVENTS" --output "$BASE/events.copy" --truth-file "$BASE/truth.copy" --quiet
+chmod a+r "$BASE"/*.copy
+
+names=(coordinator node1 node2 single)
+for i in 0 1 2 3; do
+	bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i))
+done
+trap 'for n in "${names[@]}"; do bash tools/cluster.sh stop "$BASE/$n" immediate; done' EXIT
+
+for i in 1 2 3; do
+	psql_on "$BASE/${names[$i]}" $((PORT0 + i)) -c "CREATE EXTENSION exactonce" >/dev/null
+done
+psql_on "$BASE/single" $((PORT0 + 3)) -c "SET client_min_messages = warning" \
+	-c "SELECT exactonce.create_pipeline('trades', $DIMS)" >/dev/null
+C=("$BASE/coordinator" $PORT0)
+psql_on "${C[@]}" >/dev/null <<SQL
+CREATE EXTENSION exactonce;
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER node1 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$BASE/node1', port '$((PORT0 + 1))', dbname 'postgres', batch_size '1000');
+CREATE SERVER node2 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$BASE/node2', port '$((PORT0 + 2))', dbname 'postgres', batch_size '1000');
+CREATE USER MAPPING FOR postgres SERVER node1 OPTIONS (user 'postgres');
+CREATE USER MAPPING FOR postgres SERVER node2 OPTIONS (user 'postgres');
+SET client_min_messages = warning;
+SELECT exactonce.create_distributed_pipeline('dtrades', $DIMS, ARRAY['node1', 'node2']::name[]);
+CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint);
+COPY truth FROM '$BASE/truth.copy';
+CREATE TABLE events (key text COLLATE "C", version bigint, value numeric, risk_type text, region text,
+	trade_desk text, deleted boolean, event_time timestamptz);
+COPY events FROM '$BASE/events.copy';
+COPY (SELECT * FROM events WHERE satisfies_hash_partition('dtrades.ingest'::regclass, 2, 0, key))
+	TO '$BASE/events0.copy';
+COPY (SELECT * FROM events WHERE satisfies_hash_partition('dtrades.ingest'::regclass, 2, 1, key))
+	TO '$BASE/events1.copy';
+SQL
+
+# drained PIPELINE: wait until every node in NODES (directory, port, ...) has
+# applied what it was sent: nothing queued or staged
+drained() {
+	local name=$1 i all
+	while :; do
+		all=t
+		for ((i = 0; i < ${#NODES[@]}; i += 2)); do
+			[ "$(psql_on "${NODES[i]}" "${NODES[i + 1]}" -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = '$name'")" = t ] || all=f
+		done
+		[ "$all" = t ] && return 0
+		sleep 0.05
+	done
+}
+
+# report LABEL T0 T1 DIFF KEY: a result line; RATE_KEY keeps the rate
+report() {
+	local label=$1 t0=$2 t1=$3 diff=$4
+	local rate
+	rate=$(awk -v n="$EVENTS" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
+	printf '%-58s %10s events/s  %s\n' "$label" "$rate" "$([ "$diff" = 0 ] && echo PASS || echo "FAIL: $diff cells differ")"
+	[ "$diff" = 0 ] || FAILED=1
+	eval "RATE_$5=$rate"
+}
+
+truth_diff_sql() {	# the cells of AGG that differ from the truth, both ways
+	echo "SELECT count(*) FROM ((SELECT risk_type, region, trade_desk, level, total, keys FROM $1 EXCEPT ALL SELECT * FROM truth)
+	 UNION ALL (SELECT * FROM truth EXCEPT ALL SELECT risk_type, region, trade_desk, level, total, keys FROM $1)) d"
+}
+
+echo "== $EVENTS events, $(nproc) cores, 4 clusters on this machine"
+
+# 1. one node
+S=("$BASE/single" $((PORT0 + 3)))
+t0=$(now)
+psql_on "${S[@]}" -c "COPY trades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events.copy'"
+NODES=("${S[@]}"); drained trades
+t1=$(now)
+psql_on "${S[@]}" -c "CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)" \
+	-c "COPY truth FROM '$BASE/truth.copy'"
+report "1. one node: COPY into its queue, drained" "$t0" "$t1" "$(psql_on "${S[@]}" -c "$(truth_diff_sql trades.aggregates)")" single
+
+# 2. through the coordinator
+N1=("$BASE/node1" $((PORT0 + 1))); N2=("$BASE/node2" $((PORT0 + 2)))
+t0=$(now)
+psql_on "${C[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events.copy'"
+NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
+t1=$(now)
+report "2. two nodes, through the coordinator (postgres_fdw)" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" coordinator
+
+# fresh pipelines on the nodes for the next run
+recreate() {
+	psql_on "${C[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('dtrades')" \
+		-c "SELECT exactonce.create_distributed_pipeline('dtrades', $DIMS, ARRAY['node1', 'node2']::name[])" >/dev/null
+}
+
+# 2b. through the coordinator with INSERT, which postgres_fdw sends in
+# batches of batch_size rows (COPY into a foreign partition goes row by row
+# in PostgreSQL 15)
+recreate
+t0=$(now)
+psql_on "${C[@]}" -c "INSERT INTO dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) SELECT * FROM events"
+drained dtrades
+t1=$(now)
+report "2b. two nodes, through the coordinator, INSERT in batches" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" batched
+
+# 3. straight into the nodes, by key
+recreate
+t0=$(now)
+psql_on "${N1[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events0.copy'" &
+psql_on "${N2[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events1.copy'"
+wait
+drained dtrades
+t1=$(now)
+report "3. two nodes, each sent its keys directly" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" direct
+
+echo "ratios: through the coordinator / one node $(awk -v a="$RATE_coordinator" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }') (COPY)," \
+	"$(awk -v a="$RATE_batched" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }') (INSERT in batches);" \
+	"direct / one node $(awk -v a="$RATE_direct" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }');" \
+	"through the coordinator / direct $(awk -v a="$RATE_coordinator" -v b="$RATE_direct" 'BEGIN { printf "%.2f", a / b }')"
+exit $FAILED
