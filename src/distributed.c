@@ -23,7 +23,10 @@
  * The nodes are reached with the foreign servers and user mappings the
  * caller made, through libpq, the way postgres_fdw connects: to create,
  * drop, flush, pause and resume the pipeline on each.  A role that is not
- * a superuser must connect with a password, as postgres_fdw demands.
+ * a superuser must connect with a password, as postgres_fdw demands.  The
+ * wait for a node's answer is on the latch, so a cancel or
+ * statement_timeout interrupts it and cancels the statement there; the
+ * connection itself waits at most the server's connect_timeout.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +40,8 @@
 #include "libpq-fe.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -137,18 +142,74 @@ NodeConnect(const char *servername)
 }
 
 /*
+ * NodeResult waits for the last result of the query sent on conn, on the
+ * latch and the socket, so that a cancel, a timeout or a shutdown
+ * interrupts the wait.
+ */
+static PGresult *
+NodeResult(PGconn *conn)
+{
+	PGresult   *last = NULL;
+
+	for (;;)
+	{
+		PGresult   *res;
+
+		while (PQisBusy(conn))
+		{
+			int			rc = WaitLatchOrSocket(MyLatch,
+											   WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
+											   PQsocket(conn), -1L, PG_WAIT_EXTENSION);
+
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			/* connection trouble: PQgetResult says what */
+			if ((rc & WL_SOCKET_READABLE) && !PQconsumeInput(conn))
+				break;
+		}
+		res = PQgetResult(conn);
+		if (res == NULL)
+			return last;
+		PQclear(last);
+		last = res;
+	}
+}
+
+/*
  * NodeExec runs one statement with text parameters on the node of a server
  * and returns the first column of its first row (NULL if none).  An error
- * there is raised here, with its SQLSTATE, naming the server.
+ * there is raised here, with its SQLSTATE, naming the server.  Interrupted,
+ * it cancels the statement on the node.
  */
 static char *
 NodeExec(const char *servername, const char *sql, int nparams, const char **params)
 {
-	PGconn	   *conn = NodeConnect(servername);
+	PGconn	   *volatile conn = NodeConnect(servername);
+	PGresult   *volatile res = NULL;
 	char	   *result = NULL;
 	char	   *error = NULL;
 	char	   *sqlstate = NULL;
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	PG_TRY();
+	{
+		if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+			res = NodeResult(conn);
+	}
+	PG_CATCH();
+	{
+		PGcancel   *cancel = PQgetCancel(conn);
+		char		buf[256];
+
+		if (cancel)
+		{
+			(void) PQcancel(cancel, buf, sizeof(buf));
+			PQfreeCancel(cancel);
+		}
+		PQclear(res);
+		PQfinish(conn);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 
 	if (res == NULL || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK))
 	{

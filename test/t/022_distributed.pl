@@ -7,7 +7,8 @@
 # node takes its own keys; the producer resends after the restart.  The
 # coordinator's aggregates equal the oracle, and the accounting identity
 # holds on each node and in total.  flush, pause, resume and drop act on
-# every node.
+# every node; a flush waiting for a node is interrupted by statement_timeout,
+# which cancels it there.
 
 use strict;
 use warnings;
@@ -106,6 +107,20 @@ is( $coord->safe_psql(
 		$db, "SELECT bool_and(satisfies_hash_partition('trades.ingest'::regclass, 2, 0, k::text COLLATE \"C\"))
 			  FROM unnest(ARRAY[$keys1]) k"),
 	't', 'every key of node1 is in hash partition 0');
+
+# a node holding its pipeline keeps flush waiting; statement_timeout at the
+# coordinator ends the wait and cancels the flush on the node
+my $holder = $nodes[0]->background_psql($db);
+$holder->query_safe('BEGIN');
+$holder->query_safe('SELECT * FROM trades.progress FOR UPDATE');
+my ($rc, $out, $err) = $coord->psql($db, "SET statement_timeout = '1s'; SELECT exactonce.flush('trades')");
+like($err, qr/canceling statement due to statement timeout/,
+	'a flush waiting for a node is interrupted by statement_timeout');
+ok( $nodes[0]->poll_query_until(
+		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'SELECT exactonce.flush%'"),
+	'and the flush on the node is cancelled');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
 
 # drop at the coordinator drops every node's pipeline
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('trades')");
