@@ -697,7 +697,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 s, s, nshards - 1, s, SHARD_TABLE_COMMENT);
 
 	/* ingest: the queue, two partitions that take turns */
-	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text COLLATE \"C\" NOT NULL,"
+	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
 					 " version bigint NOT NULL, value numeric NOT NULL", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), true);
 	AppendMeasures(&sql, def);
@@ -783,7 +783,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	AppendAggregateComments(&sql, def);
 
 	/* dead letters */
-	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text COLLATE \"C\", version bigint, value numeric", s);
+	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), false);
 	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
