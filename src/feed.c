@@ -134,11 +134,7 @@ FeedRecord(Pipeline *p, HTAB *cells, SPITupleTable *rows)
 	types[0] = INT4ARRAYOID;
 	for (int i = 0; i < p->ndims; i++)
 	{
-		int			dim = (int) n,
-					lb = 1;
-
-		values[1 + i] = PointerGetDatum(construct_md_array(dims[i], dimnulls[i], 1, &dim, &lb,
-														   TEXTOID, -1, false, TYPALIGN_INT));
+		values[1 + i] = StatementTextArray(dims[i], dimnulls[i], (int) n);
 		types[1 + i] = TEXTARRAYOID;
 	}
 	values[p->ndims + 1] = StatementNumericArray(old_totals, (int) n);
