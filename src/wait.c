@@ -22,6 +22,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
+#include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -53,6 +54,35 @@ CheckWaiter(Pipeline *p)
 				 errmsg("permission denied to wait for pipeline \"%s\"", p->name),
 				 errdetail("Waiting needs INSERT on %s.ingest or SELECT on %s.aggregates.",
 						   p->name, p->name)));
+}
+
+/*
+ * RequireNoInsert refuses to wait in a transaction that inserted into the
+ * pipeline's queue: the workers cannot seal a queue partition while it has
+ * an inserter in progress, so the events committed before the call that
+ * share its partition would wait for this very transaction.
+ */
+static void
+RequireNoInsert(Pipeline *p)
+{
+	Oid			rels[1 + EXACTONCE_SLOTS];
+
+	rels[0] = p->ingest;
+	for (int i = 0; i < EXACTONCE_SLOTS; i++)
+		rels[1 + i] = p->slots[i];
+	for (int i = 0; i < lengthof(rels); i++)
+	{
+		LOCKTAG		tag;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, rels[i]);
+		if (LockHeldByMe(&tag, RowExclusiveLock))
+			ereport(ERROR,
+					(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+					 errmsg("exactonce.wait_applied() cannot wait in a transaction that inserted into the queue of pipeline \"%s\"",
+							p->name),
+					 errdetail("The workers cannot take the queue's events while this transaction inserts into it."),
+					 errhint("Commit the insert first, then call exactonce.wait_applied().")));
+	}
 }
 
 /*
@@ -114,6 +144,7 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
 	CheckWaiter(p);
+	RequireNoInsert(p);
 	if (exactonce_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
