@@ -35,10 +35,12 @@ OBJS = \
 	src/replay.o \
 	src/feed.o \
 	src/retention.o \
-	src/distributed.o
+	src/distributed.o \
+	src/move.o
 
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
-	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql
+	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql \
+	src/$(EXTENSION)--1.4--1.5.sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out

@@ -52,24 +52,11 @@
 
 PG_FUNCTION_INFO_V1(exactonce_create_distributed_pipeline);
 
-#define DIST_MAX_NODES	64
-
-/* A distributed pipeline as its registry row has it. */
-typedef struct Distributed
-{
-	char	   *name;
-	Oid			owner;
-	int			nnodes;
-	char	   *servers[DIST_MAX_NODES];
-	int			ndims;
-	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
-} Distributed;
-
 /*
  * NodeConnect connects to the node of a postgres_fdw foreign server with
  * the current user's mapping.
  */
-static PGconn *
+PGconn *
 NodeConnect(const char *servername)
 {
 	ForeignServer *server = GetForeignServerByName(servername, false);
@@ -176,19 +163,17 @@ NodeResult(PGconn *conn)
 }
 
 /*
- * NodeExec runs one statement with text parameters on the node of a server
- * and returns the first column of its first row (NULL if none).  An error
- * there is raised here, with its SQLSTATE, naming the server.  Interrupted,
- * it cancels the statement on the node.
+ * NodeRun runs one statement with text parameters on an open connection to
+ * the node of a server and returns its result, which the caller clears.  An
+ * error there is raised here, with its SQLSTATE, naming the server.
+ * Interrupted, it cancels the statement on the node.
  */
-static char *
-NodeExec(const char *servername, const char *sql, int nparams, const char **params)
+PGresult *
+NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, const char **params)
 {
-	PGconn	   *volatile conn = NodeConnect(servername);
 	PGresult   *volatile res = NULL;
-	char	   *result = NULL;
-	char	   *error = NULL;
-	char	   *sqlstate = NULL;
+	char	   *error;
+	char	   *volatile sqlstate = NULL;
 
 	PG_TRY();
 	{
@@ -206,27 +191,57 @@ NodeExec(const char *servername, const char *sql, int nparams, const char **para
 			PQfreeCancel(cancel);
 		}
 		PQclear(res);
-		PQfinish(conn);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	if (res == NULL || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK))
-	{
-		error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-		if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
-			sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
-	}
-	else if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-		result = pstrdup(PQgetvalue(res, 0, 0));
+	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK))
+		return res;
+	error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
+		sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
 	PQclear(res);
-	PQfinish(conn);
-	if (error)
-		ereport(ERROR,
-				(errcode(sqlstate && strlen(sqlstate) == 5 ?
-						 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
-						 ERRCODE_FDW_ERROR),
-				 errmsg("on server \"%s\": %s", servername, error)));
+	ereport(ERROR,
+			(errcode(sqlstate && strlen(sqlstate) == 5 ?
+					 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
+					 ERRCODE_FDW_ERROR),
+			 errmsg("on server \"%s\": %s", servername, error)));
+	pg_unreachable();
+}
+
+/*
+ * NodeValue returns column col of the first row of a result, or NULL.
+ */
+char *
+NodeValue(PGresult *res, int col)
+{
+	if (PQntuples(res) == 0 || PQgetisnull(res, 0, col))
+		return NULL;
+	return pstrdup(PQgetvalue(res, 0, col));
+}
+
+/*
+ * NodeExec runs one statement on the node of a server, on a connection of
+ * its own, and returns the first column of its first row (NULL if none).
+ */
+static char *
+NodeExec(const char *servername, const char *sql, int nparams, const char **params)
+{
+	PGconn	   *volatile conn = NodeConnect(servername);
+	char	   *volatile result = NULL;
+
+	PG_TRY();
+	{
+		PGresult   *res = NodeRun(conn, servername, sql, nparams, params);
+
+		result = NodeValue(res, 0);
+		PQclear(res);
+	}
+	PG_FINALLY();
+	{
+		PQfinish(conn);
+	}
+	PG_END_TRY();
 	return result;
 }
 
@@ -258,7 +273,7 @@ NodeDrop(const char *servername, const char *name, bool force, bool quietly)
  * DistributedLoad reads a distributed pipeline's registry row; false if
  * there is none.  SPI must be connected.
  */
-static bool
+bool
 DistributedLoad(const char *name, Distributed *d)
 {
 	Oid			types[1] = {TEXTOID};
@@ -350,25 +365,76 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 }
 
 /*
+ * DistributedNodeDDL returns the statements that make the coordinator's
+ * foreign tables of node i's cells and row of exactonce.pipelines.
+ */
+char *
+DistributedNodeDDL(Distributed *d, int i)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(d->name);
+	const char *srv = quote_identifier(d->servers[i]);
+	const char *remote = quote_literal_cstr(d->name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.aggregates_%d (", s, i);
+	for (int j = 0; j < d->ndims; j++)
+		appendStringInfo(&sql, "%s text, ", quote_identifier(d->dims[j]));
+	appendStringInfo(&sql, "level integer, total numeric, keys bigint, updated_at timestamptz)"
+					 " SERVER %3$s OPTIONS (schema_name %4$s, table_name 'aggregates');\n"
+					 "CREATE FOREIGN TABLE %1$s.node_%2$d (name name, paused boolean, queued bigint,"
+					 " lag interval, ingested bigint, applied bigint, duplicates bigint, stale bigint,"
+					 " dead_lettered bigint, batches bigint, worker_state text, latency_p99 interval,"
+					 " last_error text)"
+					 " SERVER %3$s OPTIONS (schema_name 'exactonce', table_name 'pipelines');\n",
+					 s, i, srv, remote);
+	return sql.data;
+}
+
+/*
+ * DistributedViewsDDL returns the statements that make, or remake with one
+ * more node, the coordinator's views over the nodes.
+ */
+char *
+DistributedViewsDDL(Distributed *d)
+{
+	StringInfoData sql;
+	StringInfoData dims;
+	const char *s = quote_identifier(d->name);
+	const char *remote = quote_literal_cstr(d->name);
+
+	initStringInfo(&dims);
+	for (int i = 0; i < d->ndims; i++)
+		appendStringInfo(&dims, "%s, ", quote_identifier(d->dims[i]));
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE OR REPLACE VIEW %s.aggregates AS SELECT %slevel, pg_catalog.sum(total) AS total,"
+					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, pg_catalog.max(updated_at) AS updated_at FROM (",
+					 s, dims.data);
+	for (int i = 0; i < d->nnodes; i++)
+		appendStringInfo(&sql, "%sSELECT * FROM %s.aggregates_%d", i > 0 ? " UNION ALL " : "", s, i);
+	appendStringInfo(&sql, ") a GROUP BY %slevel;\n"
+					 "COMMENT ON VIEW %s.aggregates IS 'exactonce: the cells of all nodes, summed per cell and level; an error names a node that cannot be reached';\n"
+					 "CREATE OR REPLACE VIEW %s.nodes AS ",
+					 dims.data, s, s);
+	for (int i = 0; i < d->nnodes; i++)
+		appendStringInfo(&sql, "%sSELECT %s::pg_catalog.name AS server, n.* FROM %s.node_%d n"
+						 " WHERE n.name OPERATOR(pg_catalog.=) %s",
+						 i > 0 ? " UNION ALL " : "", quote_literal_cstr(d->servers[i]), s, i, remote);
+	appendStringInfo(&sql, ";\nCOMMENT ON VIEW %s.nodes IS 'exactonce: each node''s row of exactonce.pipelines';\n", s);
+	return sql.data;
+}
+
+/*
  * BuildCoordinatorDDL returns the statements that make the coordinator's
- * schema of a distributed pipeline.
+ * schema of a new distributed pipeline: hash partition i of ingest on
+ * servers[i].
  */
 static char *
 BuildCoordinatorDDL(Distributed *d)
 {
 	StringInfoData sql;
-	StringInfoData dims;
-	StringInfoData dimcols;
 	const char *s = quote_identifier(d->name);
-	const char *remote = quote_literal_cstr(d->name);
 
-	initStringInfo(&dims);
-	initStringInfo(&dimcols);
-	for (int i = 0; i < d->ndims; i++)
-	{
-		appendStringInfo(&dims, "%s, ", quote_identifier(d->dims[i]));
-		appendStringInfo(&dimcols, "%s text, ", quote_identifier(d->dims[i]));
-	}
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE SCHEMA %s;\n"
 					 "COMMENT ON SCHEMA %s IS 'exactonce distributed pipeline: its nodes are the foreign servers of ingest''s partitions';\n"
@@ -384,37 +450,27 @@ BuildCoordinatorDDL(Distributed *d)
 					 s);
 	for (int i = 0; i < d->nnodes; i++)
 	{
-		const char *srv = quote_identifier(d->servers[i]);
-
-		appendStringInfo(&sql,
-						 "CREATE FOREIGN TABLE %1$s.ingest_%2$d PARTITION OF %1$s.ingest"
-						 " FOR VALUES WITH (MODULUS %3$d, REMAINDER %2$d)"
-						 " SERVER %4$s OPTIONS (schema_name %5$s, table_name 'ingest');\n"
-						 "CREATE FOREIGN TABLE %1$s.aggregates_%2$d (%6$slevel integer, total numeric,"
-						 " keys bigint, updated_at timestamptz)"
-						 " SERVER %4$s OPTIONS (schema_name %5$s, table_name 'aggregates');\n"
-						 "CREATE FOREIGN TABLE %1$s.node_%2$d (name name, paused boolean, queued bigint,"
-						 " lag interval, ingested bigint, applied bigint, duplicates bigint, stale bigint,"
-						 " dead_lettered bigint, batches bigint, worker_state text, latency_p99 interval,"
-						 " last_error text)"
-						 " SERVER %4$s OPTIONS (schema_name 'exactonce', table_name 'pipelines');\n",
-						 s, i, d->nnodes, srv, remote, dimcols.data);
+		appendStringInfoString(&sql, DistributedPartitionDDL(d, d->nnodes, i, d->servers[i]));
+		appendStringInfoString(&sql, DistributedNodeDDL(d, i));
 	}
-	appendStringInfo(&sql, "CREATE VIEW %s.aggregates AS SELECT %slevel, pg_catalog.sum(total) AS total,"
-					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, pg_catalog.max(updated_at) AS updated_at FROM (",
-					 s, dims.data);
-	for (int i = 0; i < d->nnodes; i++)
-		appendStringInfo(&sql, "%sSELECT * FROM %s.aggregates_%d", i > 0 ? " UNION ALL " : "", s, i);
-	appendStringInfo(&sql, ") a GROUP BY %slevel;\n"
-					 "COMMENT ON VIEW %s.aggregates IS 'exactonce: the cells of all nodes, summed per cell and level; an error names a node that cannot be reached';\n"
-					 "CREATE VIEW %s.nodes AS ",
-					 dims.data, s, s);
-	for (int i = 0; i < d->nnodes; i++)
-		appendStringInfo(&sql, "%sSELECT %s::pg_catalog.name AS server, n.* FROM %s.node_%d n"
-						 " WHERE n.name OPERATOR(pg_catalog.=) %s",
-						 i > 0 ? " UNION ALL " : "", quote_literal_cstr(d->servers[i]), s, i, remote);
-	appendStringInfo(&sql, ";\nCOMMENT ON VIEW %s.nodes IS 'exactonce: each node''s row of exactonce.pipelines';\n", s);
+	appendStringInfoString(&sql, DistributedViewsDDL(d));
 	return sql.data;
+}
+
+/*
+ * DistributedPartitionDDL returns the statement that makes the partition of
+ * ingest for the keys of hash remainder r of modulus m, on a server.
+ */
+char *
+DistributedPartitionDDL(Distributed *d, int m, int r, const char *server)
+{
+	const char *s = quote_identifier(d->name);
+
+	return psprintf("CREATE FOREIGN TABLE %1$s.%2$s PARTITION OF %1$s.ingest"
+					" FOR VALUES WITH (MODULUS %3$d, REMAINDER %4$d)"
+					" SERVER %5$s OPTIONS (schema_name %6$s, table_name 'ingest');\n",
+					s, quote_identifier(psprintf("ingest_%d_%d", m, r)), m, r,
+					quote_identifier(server), quote_literal_cstr(d->name));
 }
 
 /*

@@ -8,8 +8,32 @@
 #ifndef EXACTONCE_DISTRIBUTED_H
 #define EXACTONCE_DISTRIBUTED_H
 
+#include "libpq-fe.h"
+
 #include "exactonce.h"
 
+#define DIST_MAX_NODES	64
+
+/* A distributed pipeline as its registry row has it. */
+typedef struct Distributed
+{
+	char	   *name;
+	Oid			owner;
+	int			nnodes;
+	char	   *servers[DIST_MAX_NODES];
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+} Distributed;
+
 extern bool DistributedRun(const char *name, const char *action, bool force, int64 *result);
+extern bool DistributedLoad(const char *name, Distributed *d);
+extern char *DistributedPartitionDDL(Distributed *d, int m, int r, const char *server);
+extern char *DistributedNodeDDL(Distributed *d, int i);
+extern char *DistributedViewsDDL(Distributed *d);
+
+extern PGconn *NodeConnect(const char *servername);
+extern PGresult *NodeRun(PGconn *conn, const char *servername, const char *sql,
+						 int nparams, const char **params);
+extern char *NodeValue(PGresult *res, int col);
 
 #endif							/* EXACTONCE_DISTRIBUTED_H */

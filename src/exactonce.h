@@ -44,6 +44,8 @@
 #define ERRCODE_EXACTONCE_TOKEN_MISMATCH	MAKE_SQLSTATE('E','O','0','0','2')
 /* wait_applied() timed out */
 #define ERRCODE_EXACTONCE_WAIT_TIMEOUT	MAKE_SQLSTATE('E','O','0','0','3')
+/* a node's queue refused a key that moved to another node */
+#define ERRCODE_EXACTONCE_KEY_MOVED	MAKE_SQLSTATE('E','O','0','0','4')
 
 /*
  * TextCmp orders text by bytes, then length, as collation "C" does.

@@ -1319,6 +1319,22 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * ForgetMoves deletes the records of a dropped pipeline's moves of keys
+ * (move.c), if the extension has them yet.
+ */
+static void
+ForgetMoves(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Oid			nsp = get_namespace_oid("exactonce", false);
+
+	if (OidIsValid(get_relname_relid("key_move", nsp)))
+		RegistryExec("DELETE FROM exactonce.key_move WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+					 1, types, values, -1);
+}
+
+/*
  * ForcePipelineDrop drops a pipeline without looking inside it: its schema,
  * if the pipeline's owner owns it (someone else's schema of the same name is
  * left alone), and its registry row.  It returns false, doing nothing, if
@@ -1353,6 +1369,7 @@ ForcePipelineDrop(const char *name)
 		elog(ERROR, "could not drop schema of pipeline \"%s\"", name);
 	RegistryExec("DELETE FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 				 1, types, values, 1);
+	ForgetMoves(name);
 	return true;
 }
 
@@ -1418,6 +1435,7 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	values[0] = Int32GetDatum(p->id);
 	RegistryExec("DELETE FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
 				 1, types, values, 1);
+	ForgetMoves(name);
 
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);

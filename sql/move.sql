@@ -1,0 +1,110 @@
+-- Moving a range of keys: the halves that run on the nodes, in one
+-- database.  key_bucket() is the hash by which a coordinator's ingest
+-- routes keys; move_keys_out() closes the queue to a range, applies what is
+-- queued and takes the range's state and dead letters out of the cells;
+-- move_keys_in() puts them back (here into the same pipeline, as a range
+-- coming back to a node).  The cells always equal those computed from the
+-- events; the accounting identity holds after each half.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+
+-- err(sql): run a statement, show its SQLSTATE, message and hint
+CREATE FUNCTION pg_temp.err(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	state text; msg text; hint text;
+BEGIN
+	EXECUTE sql;
+	RETURN 'no error';
+EXCEPTION WHEN others THEN
+	GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+	RETURN state || ': ' || msg || coalesce(' | HINT: ' || nullif(hint, ''), '');
+END $$;
+
+-- key_bucket() is hash partitioning's choice, for every modulus
+CREATE TABLE h (key text COLLATE "C") PARTITION BY HASH (key);
+CREATE TABLE h0 PARTITION OF h FOR VALUES WITH (MODULUS 8, REMAINDER 0);
+SELECT count(*) AS disagreements
+FROM generate_series(1, 2000) i, (VALUES (1), (2), (3), (4), (8), (16)) m(m),
+	LATERAL generate_series(0, m - 1) r
+WHERE satisfies_hash_partition('h'::regclass, m, r, ('k' || i)::text COLLATE "C")
+	<> (exactonce.key_bucket('k' || i, m) = r);
+SELECT exactonce.key_bucket('k1', 0);
+
+-- events: keys k1..k300 in three desks, every tenth a tombstone, and a
+-- conflicting duplicate for each of k1..k20, dead-lettered
+CREATE TABLE truth AS
+SELECT 'k' || i AS key, i::bigint AS version, (i * 7 % 100)::numeric AS value,
+	'd' || (i % 3) AS desk, i % 10 = 0 AS deleted
+FROM generate_series(1, 300) i;
+SELECT exactonce.create_pipeline('mv', ARRAY['desk']);
+INSERT INTO mv.ingest (key, version, value, desk, deleted) SELECT * FROM truth;
+SELECT exactonce.flush('mv');
+INSERT INTO mv.ingest (key, version, value, desk) SELECT key, version, value + 1, desk FROM truth WHERE version <= 20;
+SELECT exactonce.flush('mv');
+CREATE VIEW oracle AS
+SELECT desk, 2 - (GROUPING(desk) + 1) AS level, sum(value) AS total, count(*) AS keys
+FROM truth WHERE NOT deleted AND key IN (SELECT key FROM mv.state) GROUP BY ROLLUP (desk);
+CREATE VIEW mismatches AS
+SELECT (SELECT count(*) FROM (SELECT desk, level, total, keys FROM mv.aggregates EXCEPT ALL SELECT * FROM oracle) a)
+	 + (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT desk, level, total, keys FROM mv.aggregates) o)
+	AS mismatches;
+CREATE VIEW counters AS
+SELECT ingested, dead_lettered, ingested = applied + duplicates + stale + dead_lettered AS identity
+FROM mv.progress;
+SELECT * FROM mismatches, counters;
+
+-- out: the keys of bucket (4, 1), with their dead letters; one more event
+-- of theirs is queued and applied first
+SELECT count(*) AS range_keys FROM truth WHERE exactonce.key_bucket(key, 4) = 1;
+SELECT count(*) AS range_dead FROM mv.dead_letters WHERE exactonce.key_bucket(key, 4) = 1;
+INSERT INTO truth SELECT key, 1000, 5, 'd9', false FROM truth WHERE exactonce.key_bucket(key, 4) = 1 ORDER BY key LIMIT 1;
+INSERT INTO mv.ingest (key, version, value, desk) SELECT key, version, value, desk FROM truth WHERE version = 1000;
+BEGIN;
+CREATE TEMP TABLE moved ON COMMIT DROP AS
+SELECT * FROM exactonce.move_keys_out('mv', 4, 1, 'node2', 'move-1');
+SELECT keys, horizon, state LIKE '%d9%' AS event_applied_first FROM moved;
+SELECT count(*) AS left_behind FROM mv.state WHERE exactonce.key_bucket(key, 4) = 1;
+SELECT * FROM mismatches, counters;
+SELECT item, ok FROM exactonce.verify('mv');
+-- the queue refuses the range's keys now, and takes the others
+SELECT pg_temp.err($$INSERT INTO mv.ingest (key, version, value, desk)
+	SELECT key, 2000, 1, 'd0' FROM truth WHERE exactonce.key_bucket(key, 4) = 1 LIMIT 1$$);
+SELECT pg_temp.err($$INSERT INTO mv.ingest (key, version, value, desk)
+	SELECT key, 2000, 1, 'd0' FROM truth WHERE exactonce.key_bucket(key, 4) = 0 LIMIT 0$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 4, 1, 'node3', 'move-2')$$);
+-- a range overlapping the one given away, not it, cannot come in
+SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 8, 1, 'node2', 'move-2', NULL, NULL, NULL)$$);
+-- in: the same range comes back
+SELECT exactonce.move_keys_in('mv', 4, 1, 'node2', 'move-3', state, dead_letters, 42) FROM moved;
+SELECT * FROM mismatches, counters;
+SELECT item, ok FROM exactonce.verify('mv');
+SELECT count(*) AS refusing_triggers FROM pg_trigger WHERE tgrelid = 'mv.ingest'::regclass AND tgname LIKE 'exactonce_moved%';
+SELECT retention_horizon FROM exactonce.pipeline WHERE name = 'mv';
+COMMIT;
+SELECT gid, modulus, remainder, direction, peer, keys FROM exactonce.key_move ORDER BY moved_at;
+SELECT * FROM mismatches, counters;
+
+-- what cannot move, and misuse
+SELECT exactonce.create_pipeline('acc', ARRAY['desk'], 'accumulate');
+SELECT pg_temp.err($$SELECT exactonce.move_keys_out('acc', 2, 0, 'node2', 'g')$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 2, 2, 'node2', 'g')$$);
+SELECT exactonce.move_keys('mv', 2, 0, 'node2');
+BEGIN;
+SELECT pg_temp.err($$SELECT exactonce.move_keys('mv', 2, 0, 'node2')$$);
+ROLLBACK;
+SELECT pg_temp.err($$SELECT exactonce.refuse_moved_key()$$);
+CREATE TABLE not_a_queue (key integer);
+CREATE TRIGGER t BEFORE INSERT ON not_a_queue FOR EACH ROW EXECUTE FUNCTION exactonce.refuse_moved_key('2', '0', 'x');
+SELECT pg_temp.err($$INSERT INTO not_a_queue VALUES (1)$$);
+
+-- a role that does not own the pipeline cannot take its keys
+CREATE ROLE mv_stranger;
+SET ROLE mv_stranger;
+SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 2, 0, 'node2', 'g')$$);
+RESET ROLE;
+DROP ROLE mv_stranger;
+SELECT exactonce.drop_pipeline('mv');
+SELECT exactonce.drop_pipeline('acc');
+SELECT count(*) AS moves_left FROM exactonce.key_move;
+DROP TABLE not_a_queue, h, truth CASCADE;
+DROP EXTENSION exactonce;

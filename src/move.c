@@ -1,0 +1,815 @@
+/*-------------------------------------------------------------------------
+ *
+ * move.c
+ *		Moving a range of keys of a distributed pipeline to another node.
+ *
+ * A range of keys is a hash bucket: the keys whose key_bucket(key, modulus)
+ * is remainder, which is PostgreSQL's hash partitioning of text COLLATE "C"
+ * (compute_partition_hash_value), the function by which the coordinator's
+ * ingest routes them.  move_keys(pipeline, modulus, remainder, server), at
+ * the coordinator, moves the range from the node whose partition holds it
+ * to server (a new node, or another one), in one step:
+ *
+ *	 1. The coordinator locks its ingest and views (producers and readers
+ *		wait), splits the partition that holds the range if its modulus is
+ *		smaller, and points the range's partition at the new node.
+ *	 2. On the old node, move_keys_out() holds the pipeline, adds a trigger
+ *		to its queue that refuses the range's keys from then on (a producer
+ *		writing to the node directly hears of the move), drains the queue,
+ *		takes the range's state rows and dead letters out and rebuilds the
+ *		cells from the state left.
+ *	 3. On the new node, move_keys_in() puts them in and rebuilds its cells.
+ *	 4. Both node transactions are prepared, then committed (two-phase
+ *		commit), and the coordinator's commits last.
+ *
+ * So the keys' state, dead letters and contributions to the cells leave
+ * one node and reach the other atomically, and no event of the range is
+ * applied on the old node after the move.  Each node records its moves in
+ * exactonce.key_move; a move cut off half way (a node or the coordinator
+ * gone) is finished, or undone, by calling move_keys() again, which looks
+ * for its prepared transactions on both nodes first.
+ *
+ * Only latest mode: an accumulate pipeline's cells add up readings without
+ * remembering which key each came from, so a key's share of them cannot be
+ * taken out of one node's cells.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "partitioning/partbounds.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "distributed.h"
+#include "drain.h"
+#include "pipeline.h"
+#include "progress.h"
+#include "statement.h"
+
+PG_FUNCTION_INFO_V1(exactonce_key_bucket);
+PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
+PG_FUNCTION_INFO_V1(exactonce_move_keys_out);
+PG_FUNCTION_INFO_V1(exactonce_move_keys_in);
+PG_FUNCTION_INFO_V1(exactonce_move_keys);
+
+#define MOVED_TRIGGER	"exactonce_moved_%d_%d"
+
+/*
+ * KeyBucket returns the hash remainder of a key for a modulus, as the hash
+ * partitioning of text COLLATE "C" computes it.
+ */
+static int32
+KeyBucket(Datum key, int32 modulus)
+{
+	static FmgrInfo hash;
+	static bool ready = false;
+	Oid			collation = C_COLLATION_OID;
+	bool		isnull = false;
+
+	if (!ready)
+	{
+		fmgr_info(F_HASHTEXTEXTENDED, &hash);
+		ready = true;
+	}
+	return (int32) (compute_partition_hash_value(1, &hash, &collation, &key, &isnull) % (uint64) modulus);
+}
+
+/*
+ * CheckRange insists on a valid (modulus, remainder).
+ */
+static void
+CheckRange(int32 modulus, int32 remainder)
+{
+	if (modulus < 1 || remainder < 0 || remainder >= modulus)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a range of keys is a modulus of at least 1 and a remainder from 0 to modulus - 1, not (%d, %d)",
+						modulus, remainder)));
+}
+
+/*
+ * Overlap tells whether two ranges share keys; one modulus divides the
+ * other, as in any hash-partitioned table.
+ */
+static bool
+Overlap(int32 m1, int32 r1, int32 m2, int32 r2)
+{
+	int32		g = Min(m1, m2);
+
+	return r1 % g == r2 % g;
+}
+
+/*
+ * exactonce_key_bucket returns the hash remainder of a key for a modulus:
+ * the partition of a coordinator's ingest that takes it.
+ */
+Datum
+exactonce_key_bucket(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+
+	CheckRange(modulus, 0);
+	PG_RETURN_INT32(KeyBucket(PG_GETARG_DATUM(0), modulus));
+}
+
+/*
+ * exactonce_refuse_moved_key is the trigger on a node's queue that refuses
+ * the keys of a range moved away: arguments modulus, remainder, server.
+ */
+Datum
+exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Trigger    *trigger;
+	TupleDesc	desc;
+	int			attnum;
+	int32		modulus,
+				remainder;
+	bool		isnull;
+	Datum		key;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("exactonce.refuse_moved_key() must be a BEFORE INSERT trigger FOR EACH ROW")));
+	trigger = trigdata->tg_trigger;
+	desc = RelationGetDescr(trigdata->tg_relation);
+	attnum = SPI_fnumber(desc, "key");
+	if (trigger->tgnargs != 3 || attnum <= 0 || TupleDescAttr(desc, attnum - 1)->atttypid != TEXTOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("exactonce.refuse_moved_key() takes a modulus, a remainder and a server, on a table with a text column key")));
+	modulus = pg_strtoint32(trigger->tgargs[0]);
+	remainder = pg_strtoint32(trigger->tgargs[1]);
+	CheckRange(modulus, remainder);
+	key = heap_getattr(trigdata->tg_trigtuple, attnum, desc, &isnull);
+	if (!isnull && KeyBucket(key, modulus) == remainder)
+		ereport(ERROR,
+				(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
+				 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), trigger->tgargs[2]),
+				 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
+						   modulus, remainder),
+				 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
+	return PointerGetDatum(trigdata->tg_trigtuple);
+}
+
+/*
+ * RecordMove adds a row to exactonce.key_move.  SPI is connected.
+ */
+static void
+RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
+		   const char *peer, const char *gid, int64 keys)
+{
+	Oid			types[7] = {TEXTOID, NAMEOID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8OID};
+	Datum		values[7];
+
+	values[0] = CStringGetTextDatum(gid);
+	values[1] = DirectFunctionCall1(namein, CStringGetDatum(p->name));
+	values[2] = Int32GetDatum(modulus);
+	values[3] = Int32GetDatum(remainder);
+	values[4] = CStringGetTextDatum(direction);
+	values[5] = CStringGetTextDatum(peer);
+	values[6] = Int64GetDatum(keys);
+	StatementExecAs(StatementTableOwner("key_move"),
+					StatementPrepareFixed("INSERT INTO exactonce.key_move"
+										  " (gid, pipeline, modulus, remainder, direction, peer, keys)"
+										  " VALUES ($1, $2, $3, $4, $5, $6, $7)", 7, types),
+					values, NULL, false, 1);
+}
+
+/*
+ * TakeRows deletes a pipeline table's rows of the range and returns them as
+ * the text of an array of the table's row type (NULL if none); *n is how
+ * many.
+ */
+static char *
+TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *n)
+{
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		values[2] = {Int32GetDatum(modulus), Int32GetDatum(remainder)};
+	bool		isnull;
+	char	   *rows;
+
+	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
+									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
+									   " SELECT pg_catalog.array_agg(taken.*)::pg_catalog.text, pg_catalog.count(*) FROM taken",
+									   quote_identifier(p->name), table),
+							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
+	rows = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	*n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return rows;
+}
+
+/*
+ * PutRows inserts rows as TakeRows returned them into a pipeline table.
+ */
+static void
+PutRows(Pipeline *p, const char *table, const char *rows)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	const char *s = quote_identifier(p->name);
+
+	if (rows == NULL)
+		return;
+	values[0] = CStringGetTextDatum(rows);
+	if (SPI_execute_with_args(psprintf("INSERT INTO %s.%s SELECT * FROM pg_catalog.unnest($1::pg_catalog.text::%s.%s[])",
+									   s, table, s, table),
+							  1, types, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
+}
+
+/*
+ * MoveDeadLetters moves n dead letters in the counters: out of (n < 0) or
+ * into the pipeline, as ingested and dead-lettered, so that the accounting
+ * identity holds on both nodes.
+ */
+static void
+MoveDeadLetters(Pipeline *p, int64 n)
+{
+	if (n != 0 &&
+		SPI_execute(psprintf("UPDATE %s.progress SET ingested = ingested + " INT64_FORMAT
+							 ", dead_lettered = dead_lettered + " INT64_FORMAT,
+							 quote_identifier(p->name), n, n), false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not count the dead letters of pipeline \"%s\"", p->name);
+}
+
+/*
+ * Rebuild rewrites a pipeline's cells from its state (verify.c), as the
+ * caller.
+ */
+static void
+Rebuild(Pipeline *p)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(p->name)};
+
+	if (SPI_execute_with_args("SELECT exactonce.rebuild($1)", 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not rebuild the cells of pipeline \"%s\"", p->name);
+}
+
+/*
+ * LoadMovable loads a pipeline whose keys may move: the caller's, latest
+ * mode.
+ */
+static Pipeline *
+LoadMovable(FunctionCallInfo fcinfo, int nargs)
+{
+	Pipeline   *p;
+
+	for (int i = 0; i < nargs; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the arguments of a move of keys must not be NULL")));
+	CheckRange(PG_GETARG_INT32(1), PG_GETARG_INT32(2));
+	PipelineRequireReadCommitted("a move of keys");
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	if (p->mode != PIPELINE_LATEST)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the keys of pipeline \"%s\" cannot move: it is in accumulate mode", p->name),
+				 errdetail("Its cells add up readings without remembering which key each came from, so a key's share of them cannot be taken out of this node's cells.")));
+	return p;
+}
+
+/*
+ * exactonce_move_keys_out takes a range of keys out of a node's pipeline,
+ * for move_keys(): from now on its queue refuses them, its queued events
+ * are applied, and the range's state rows and dead letters are deleted and
+ * returned, the cells rebuilt without them.  Returns (state, dead_letters,
+ * horizon, keys).
+ */
+Datum
+exactonce_move_keys_out(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+	MemoryContext cxt = CurrentMemoryContext;
+	Pipeline   *p;
+	int			nestlevel;
+	int64		dummy;
+	bool		paused;
+	int64		keys,
+				dead;
+	char	   *state,
+			   *dead_letters;
+	const char *target;
+	const char *trigger;
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = LoadMovable(fcinfo, 5);
+	target = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	trigger = psprintf(MOVED_TRIGGER, modulus, remainder);
+	PipelineActAsOwner(p);
+
+	/*
+	 * the workers wait from here to commit, then inserts, when the trigger
+	 * comes
+	 */
+	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
+	if (get_trigger_oid(p->ingest, trigger, true) != InvalidOid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name)));
+	if (SPI_execute(psprintf("CREATE TRIGGER %1$s BEFORE INSERT ON %2$s.ingest FOR EACH ROW"
+							 " EXECUTE FUNCTION exactonce.refuse_moved_key('%3$d', '%4$d', %5$s);\n"
+							 "COMMENT ON TRIGGER %1$s ON %2$s.ingest IS %6$s",
+							 quote_identifier(trigger), quote_identifier(p->name), modulus, remainder,
+							 quote_literal_cstr(target),
+							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
+														 modulus, remainder, target))),
+					false, 0) < 0)
+		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
+	(void) DrainPipeline(p);
+	state = TakeRows(p, "state", modulus, remainder, &keys);
+	dead_letters = TakeRows(p, "dead_letters", modulus, remainder, &dead);
+	MoveDeadLetters(p, -dead);
+	PipelineActAsCaller(p);
+	Rebuild(p);
+	RecordMove(p, modulus, remainder, "out", target, text_to_cstring(PG_GETARG_TEXT_PP(4)), keys);
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	MemoryContextSwitchTo(cxt);
+	nulls[0] = state == NULL;
+	if (state)
+		values[0] = CStringGetTextDatum(state);
+	nulls[1] = dead_letters == NULL;
+	if (dead_letters)
+		values[1] = CStringGetTextDatum(dead_letters);
+	nulls[2] = !p->has_horizon;
+	values[2] = Int64GetDatum(p->horizon);
+	values[3] = Int64GetDatum(keys);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+/*
+ * DropMovedTrigger opens a node's queue again to a range of keys that comes
+ * back to it; a range that overlaps one moved away without being it is
+ * refused.
+ */
+static void
+DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(p->ingest)};
+
+	if (SPI_execute_with_args("SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger"
+							  " WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND tgparentid OPERATOR(pg_catalog.=) 0"
+							  " AND tgname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'",
+							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the triggers of pipeline \"%s\"", p->name);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		int32		m,
+					r;
+
+		if (sscanf(name, "exactonce_moved_%d_%d", &m, &r) != 2 || m < 1)
+			continue;
+		if (m == modulus && r == remainder)
+		{
+			if (SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(name),
+									 quote_identifier(p->name)), false, 0) < 0)
+				elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys moved", p->name);
+			return;
+		}
+		if (Overlap(m, r, modulus, remainder))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("the keys (%d, %d) of pipeline \"%s\" overlap the keys (%d, %d) this node gave away",
+							modulus, remainder, p->name, m, r),
+					 errhint("Move the keys (%d, %d) back to this node whole.", m, r)));
+	}
+}
+
+/*
+ * exactonce_move_keys_in puts a range of keys that move_keys_out() took out
+ * of another node into this node's pipeline: their state rows and dead
+ * letters, the retention horizon if the other's was higher, the cells
+ * rebuilt with them.  Returns how many keys came.
+ */
+Datum
+exactonce_move_keys_in(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+	Pipeline   *p;
+	int			nestlevel;
+	int64		dummy;
+	bool		paused;
+	int64		keys,
+				dead = 0;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = LoadMovable(fcinfo, 5);
+	PipelineActAsOwner(p);
+	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
+	DropMovedTrigger(p, modulus, remainder);
+	PutRows(p, "state", PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5)));
+	keys = (int64) SPI_processed;
+	if (PG_ARGISNULL(5))
+		keys = 0;
+	if (!PG_ARGISNULL(6))
+	{
+		PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(6)));
+		dead = (int64) SPI_processed;
+	}
+	MoveDeadLetters(p, dead);
+	PipelineActAsCaller(p);
+
+	/* resends below the other node's horizon stay dead letters here */
+	if (!PG_ARGISNULL(7))
+		PipelineSetHorizon(p, PG_GETARG_INT64(7));
+	Rebuild(p);
+	RecordMove(p, modulus, remainder, "in", text_to_cstring(PG_GETARG_TEXT_PP(3)),
+			   text_to_cstring(PG_GETARG_TEXT_PP(4)), keys);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_INT64(keys);
+}
+
+/* A partition of a coordinator's ingest. */
+typedef struct Partition
+{
+	char	   *relname;
+	char	   *server;
+	int32		modulus;
+	int32		remainder;
+} Partition;
+
+/*
+ * FindPartition finds the partition of a distributed pipeline's ingest that
+ * holds the range of keys (modulus, remainder).
+ */
+static Partition
+FindPartition(Distributed *d, int32 modulus, int32 remainder)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(psprintf("%s.ingest", quote_identifier(d->name)))};
+	Partition	part = {0};
+
+	if (SPI_execute_with_args("SELECT c.relname::pg_catalog.text, pg_catalog.pg_get_expr(c.relpartbound, c.oid),"
+							  " s.srvname::pg_catalog.text"
+							  " FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid"
+							  " JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid"
+							  " JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver"
+							  " WHERE i.inhparent OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
+							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the partitions of distributed pipeline \"%s\"", d->name);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		int32		m,
+					r;
+
+		if (sscanf(SPI_getvalue(tuple, desc, 2), "FOR VALUES WITH (modulus %d, remainder %d)", &m, &r) != 2)
+			continue;
+		if (m <= modulus && modulus % m == 0 && remainder % m == r)
+		{
+			part.relname = SPI_getvalue(tuple, desc, 1);
+			part.server = SPI_getvalue(tuple, desc, 3);
+			part.modulus = m;
+			part.remainder = r;
+			return part;
+		}
+		if (m > modulus && Overlap(m, r, modulus, remainder))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" span several partitions",
+							modulus, remainder, d->name),
+					 errdetail("Partition %s holds the keys (%d, %d).", SPI_getvalue(tuple, desc, 1), m, r),
+					 errhint("Move the keys of each partition on its own.")));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("no partition of distributed pipeline \"%s\" holds the keys (%d, %d)",
+					d->name, modulus, remainder),
+			 errhint("The moduli of the partitions of a hash-partitioned table divide each other; choose a multiple of theirs.")));
+	pg_unreachable();
+}
+
+/*
+ * Repartition points the range's partition of the coordinator's ingest at
+ * server: the partition that holds it is replaced by its pieces of the
+ * range's modulus, each on the old server but the range's.  A server that
+ * is not a node yet becomes one: the views take in its cells and row.
+ */
+static void
+Repartition(Distributed *d, Partition *part, int32 modulus, int32 remainder, const char *server,
+			bool *new_node)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(d->name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "ALTER TABLE %1$s.ingest DETACH PARTITION %1$s.%2$s;\nDROP FOREIGN TABLE %1$s.%2$s;\n",
+					 s, quote_identifier(part->relname));
+	for (int32 r = part->remainder; r < modulus; r += part->modulus)
+		appendStringInfoString(&sql, DistributedPartitionDDL(d, modulus, r, r == remainder ? server : part->server));
+	*new_node = true;
+	for (int i = 0; i < d->nnodes; i++)
+		if (strcmp(d->servers[i], server) == 0)
+			*new_node = false;
+	if (*new_node)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+		Datum		values[2] = {CStringGetTextDatum(d->name), CStringGetTextDatum(server)};
+
+		if (d->nnodes == DIST_MAX_NODES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("a distributed pipeline has at most %d servers", DIST_MAX_NODES)));
+		d->servers[d->nnodes++] = pstrdup(server);
+		appendStringInfoString(&sql, DistributedNodeDDL(d, d->nnodes - 1));
+		appendStringInfoString(&sql, DistributedViewsDDL(d));
+		StatementExecAs(StatementTableOwner("distributed_pipeline"),
+						StatementPrepareFixed("UPDATE exactonce.distributed_pipeline"
+											  " SET servers = servers OPERATOR(pg_catalog.||) $2::pg_catalog.name"
+											  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name", 2, types),
+						values, NULL, false, 1);
+	}
+	if (SPI_execute(sql.data, false, 0) < 0)
+		elog(ERROR, "could not repartition distributed pipeline \"%s\"", d->name);
+}
+
+/* The two nodes of a move and where their transactions are. */
+typedef struct Move
+{
+	const char *name;
+	int32		modulus;
+	int32		remainder;
+	const char *gid;
+	const char *servers[2];		/* from, to */
+	PGconn	   *conns[2];
+	bool		prepared[2];
+} Move;
+
+/*
+ * MoveRun runs a statement on a node of a move; the result's first value.
+ */
+static char *
+MoveRun(Move *mv, int node, const char *sql, int nparams, const char **params)
+{
+	PGresult   *res = NodeRun(mv->conns[node], mv->servers[node], sql, nparams, params);
+	char	   *value = NodeValue(res, 0);
+
+	PQclear(res);
+	return value;
+}
+
+/*
+ * MoveResolve finishes, or undoes, an earlier move of the range cut off
+ * after a node had prepared it, and tells whether the range has moved from
+ * the first node to the second already (the coordinator's part then is
+ * all that is left).
+ */
+static bool
+MoveResolve(Move *mv)
+{
+	char	   *prefix = psprintf("exactonce_move:%s:%d:%d:", mv->name, mv->modulus, mv->remainder);
+	const char *params[5];
+	char	   *gids[2];
+	char	   *last;
+
+	params[0] = prefix;
+	for (int i = 0; i < 2; i++)
+		gids[i] = MoveRun(mv, i, "SELECT gid FROM pg_catalog.pg_prepared_xacts"
+						  " WHERE pg_catalog.starts_with(gid, $1) AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
+						  1, params);
+
+	/* the second node prepares last: if it did, both did, and the move stands */
+	if (gids[1] != NULL)
+	{
+		MoveRun(mv, 1, psprintf("COMMIT PREPARED %s", quote_literal_cstr(gids[1])), 0, NULL);
+		if (gids[0] != NULL)
+			MoveRun(mv, 0, psprintf("COMMIT PREPARED %s", quote_literal_cstr(gids[0])), 0, NULL);
+	}
+	else if (gids[0] != NULL)
+	{
+		params[0] = gids[0];
+		if (MoveRun(mv, 1, "SELECT 1 FROM exactonce.key_move WHERE gid OPERATOR(pg_catalog.=) $1", 1, params))
+			MoveRun(mv, 0, psprintf("COMMIT PREPARED %s", quote_literal_cstr(gids[0])), 0, NULL);
+		else
+			MoveRun(mv, 0, psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(gids[0])), 0, NULL);
+	}
+
+	/* the last move of the range that the first node knows of */
+	params[0] = mv->name;
+	params[1] = psprintf("%d", mv->modulus);
+	params[2] = psprintf("%d", mv->remainder);
+	last = MoveRun(mv, 0, "SELECT direction OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) peer FROM exactonce.key_move"
+				   " WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name AND modulus OPERATOR(pg_catalog.=) $2::pg_catalog.int4"
+				   " AND remainder OPERATOR(pg_catalog.=) $3::pg_catalog.int4 ORDER BY moved_at DESC LIMIT 1",
+				   3, params);
+	if (last == NULL || strncmp(last, "out:", 4) != 0)
+		return false;
+	if (strcmp(last + 4, mv->servers[1]) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" moved from server \"%s\" to server \"%s\" already",
+						mv->modulus, mv->remainder, mv->name, mv->servers[0], last + 4),
+				 errhint("Call exactonce.move_keys() with server \"%s\" to finish that move.", last + 4)));
+	return true;
+}
+
+/*
+ * MoveNodes moves the range's keys between the nodes with two-phase commit
+ * and returns how many keys moved.
+ */
+static int64
+MoveNodes(Move *mv, Distributed *d, bool new_node)
+{
+	const char *params[8];
+	PGresult   *res;
+	char	   *keys;
+
+	for (int i = 0; i < 2; i++)
+	{
+		char	   *max = MoveRun(mv, i, "SHOW max_prepared_transactions", 0, NULL);
+
+		if (max == NULL || strcmp(max, "0") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("server \"%s\" does not allow prepared transactions", mv->servers[i]),
+					 errdetail("A move of keys commits on both nodes with two-phase commit."),
+					 errhint("Set max_prepared_transactions on that node (it takes a restart).")));
+		MoveRun(mv, i, "SELECT pg_catalog.set_config('datestyle', 'ISO', false),"
+				" pg_catalog.set_config('intervalstyle', 'postgres', false),"
+				" pg_catalog.set_config('extra_float_digits', '3', false)", 0, NULL);
+	}
+	if (MoveResolve(mv))
+		return 0;
+
+	for (int i = 0; i < 2; i++)
+		MoveRun(mv, i, "BEGIN", 0, NULL);
+	params[0] = mv->name;
+	if (new_node)
+	{
+		res = NodeRun(mv->conns[0], mv->servers[0],
+					  psprintf("SELECT p.mode, (SELECT pg_catalog.count(*) FROM %s.shard)::pg_catalog.text,"
+							   " p.dimensions::pg_catalog.text FROM exactonce.pipeline p"
+							   " WHERE p.name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							   quote_identifier(mv->name)), 1, params);
+		params[1] = NodeValue(res, 2);
+		params[2] = NodeValue(res, 0);
+		params[3] = NodeValue(res, 1);
+		PQclear(res);
+		MoveRun(mv, 1, "SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer)", 4, params);
+	}
+	params[1] = psprintf("%d", mv->modulus);
+	params[2] = psprintf("%d", mv->remainder);
+	params[3] = mv->servers[1];
+	params[4] = mv->gid;
+	res = NodeRun(mv->conns[0], mv->servers[0],
+				  "SELECT state, dead_letters, horizon, keys"
+				  " FROM exactonce.move_keys_out($1, $2::integer, $3::integer, $4, $5)", 5, params);
+	params[3] = mv->servers[0];
+	params[5] = NodeValue(res, 0);
+	params[6] = NodeValue(res, 1);
+	params[7] = NodeValue(res, 2);
+	keys = NodeValue(res, 3);
+	PQclear(res);
+	MoveRun(mv, 1, "SELECT exactonce.move_keys_in($1, $2::integer, $3::integer, $4, $5, $6, $7, $8::bigint)",
+			8, params);
+
+	for (int i = 0; i < 2; i++)
+	{
+		MoveRun(mv, i, psprintf("PREPARE TRANSACTION %s", quote_literal_cstr(mv->gid)), 0, NULL);
+		mv->prepared[i] = true;
+	}
+	for (int i = 1; i >= 0; i--)
+	{
+		MoveRun(mv, i, psprintf("COMMIT PREPARED %s", quote_literal_cstr(mv->gid)), 0, NULL);
+		mv->prepared[i] = false;
+	}
+	return pg_strtoint64(keys);
+}
+
+/*
+ * exactonce_move_keys moves the keys whose key_bucket(key, modulus) is
+ * remainder, of a distributed pipeline, to the node of server, and returns
+ * how many keys moved.
+ */
+Datum
+exactonce_move_keys(PG_FUNCTION_ARGS)
+{
+	Distributed d;
+	Partition	part;
+	Move		mv = {0};
+	int32		modulus,
+				remainder;
+	int			nestlevel;
+	bool		new_node;
+	volatile int64 keys = 0;
+	MemoryContext cxt;
+
+	for (int i = 0; i < 4; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the arguments of move_keys must not be NULL")));
+	if (IsTransactionBlock())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("exactonce.move_keys() cannot run inside a transaction block"),
+				 errdetail("It commits the move on both nodes, with two-phase commit, before its own transaction ends.")));
+	mv.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	mv.modulus = modulus = PG_GETARG_INT32(1);
+	mv.remainder = remainder = PG_GETARG_INT32(2);
+	mv.servers[1] = pstrdup(NameStr(*PG_GETARG_NAME(3)));
+	CheckRange(modulus, remainder);
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (!DistributedLoad(mv.name, &d))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("distributed pipeline \"%s\" does not exist", mv.name)));
+	if (!has_privs_of_role(GetUserId(), d.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of distributed pipeline \"%s\"", mv.name)));
+
+	/* producers and readers at the coordinator wait from here to commit */
+	if (SPI_execute(psprintf("LOCK TABLE %1$s.ingest, %1$s.aggregates, %1$s.nodes IN ACCESS EXCLUSIVE MODE",
+							 quote_identifier(mv.name)), false, 0) < 0)
+		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv.name);
+	part = FindPartition(&d, modulus, remainder);
+	mv.servers[0] = part.server;
+	if (strcmp(part.server, mv.servers[1]) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" are on server \"%s\" already",
+						modulus, remainder, mv.name, part.server)));
+	Repartition(&d, &part, modulus, remainder, mv.servers[1], &new_node);
+
+	mv.gid = psprintf("exactonce_move:%s:%d:%d:" INT64_FORMAT, mv.name, modulus, remainder,
+					  (int64) GetCurrentTimestamp());
+	cxt = CurrentMemoryContext;
+	PG_TRY();
+	{
+		for (int i = 0; i < 2; i++)
+			mv.conns[i] = NodeConnect(mv.servers[i]);
+		keys = MoveNodes(&mv, &d, new_node);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *err;
+
+		MemoryContextSwitchTo(cxt);
+		err = CopyErrorData();
+		FlushErrorState();
+
+		/* prepared on the first node only: undone; on both: move_keys() again */
+		if (mv.prepared[0] && !mv.prepared[1])
+		{
+			PGresult   *res = PQexec(mv.conns[0], psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(mv.gid)));
+
+			if (PQresultStatus(res) == PGRES_COMMAND_OK)
+				mv.prepared[0] = false;
+			PQclear(res);
+		}
+		for (int i = 0; i < 2; i++)
+			PQfinish(mv.conns[i]);
+		if (mv.prepared[0] || mv.prepared[1])
+			ereport(ERROR,
+					(errcode(err->sqlerrcode),
+					 errmsg("the move of keys (%d, %d) of distributed pipeline \"%s\" is cut off half way: %s",
+							modulus, remainder, mv.name, err->message),
+					 errdetail("It is prepared on server \"%s\" (transaction %s).",
+							   mv.prepared[1] ? mv.servers[1] : mv.servers[0], mv.gid),
+					 errhint("Call exactonce.move_keys() again, with the same arguments, to finish or undo it.")));
+		ReThrowError(err);
+	}
+	PG_END_TRY();
+	for (int i = 0; i < 2; i++)
+		PQfinish(mv.conns[i]);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_INT64(keys);
+}
