@@ -348,9 +348,9 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	Rebuild(p);
 	RecordMove(p, modulus, remainder, "out", target, text_to_cstring(PG_GETARG_TEXT_PP(4)), keys);
 
+	MemoryContextSwitchTo(cxt);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	MemoryContextSwitchTo(cxt);
 	nulls[0] = state == NULL;
 	if (state)
 		values[0] = CStringGetTextDatum(state);

@@ -697,7 +697,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 s, s, nshards - 1, s, SHARD_TABLE_COMMENT);
 
 	/* ingest: the queue, two partitions that take turns */
-	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text NOT NULL,"
+	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text COLLATE \"C\" NOT NULL,"
 					 " version bigint NOT NULL, value numeric NOT NULL", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), true);
 	AppendMeasures(&sql, def);
@@ -783,7 +783,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	AppendAggregateComments(&sql, def);
 
 	/* dead letters */
-	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text, version bigint, value numeric", s);
+	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text COLLATE \"C\", version bigint, value numeric", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), false);
 	AppendMeasures(&sql, def);
 	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
@@ -900,6 +900,34 @@ PipelineRelationOwner(Oid relid)
 	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
 	return owner;
+}
+
+/*
+ * CheckNotCitus refuses a pipeline a table of which Citus has distributed
+ * (it is in Citus' catalog pg_dist_partition).  The table here is then a
+ * shell over shards on other nodes: a drain would read nothing of them,
+ * and the TRUNCATE of a drained queue partition would empty every shard.
+ */
+static void
+CheckNotCitus(Pipeline *p)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(p->nspid)};
+
+	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
+		return;
+	if (SPI_execute_with_args("SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_dist_partition d"
+							  " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.logicalrelid"
+							  " WHERE c.relnamespace OPERATOR(pg_catalog.=) $1 ORDER BY 1 LIMIT 1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_dist_partition");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s.%s\" of pipeline \"%s\" is distributed by Citus",
+						p->name, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), p->name),
+				 errdetail("A pipeline drains, flushes and truncates its own tables on this node; on a shell over shards it would read nothing and empty every shard."),
+				 errhint("Keep a pipeline's tables local: run a pipeline on each node and sum their cells at the coordinator (README.md, \"Citus\"), or undistribute the tables with undistribute_table().")));
 }
 
 /*
@@ -1057,6 +1085,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
 	CheckOwnership(p);
+	CheckNotCitus(p);
 	return p;
 }
 

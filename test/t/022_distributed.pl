@@ -9,6 +9,13 @@
 # holds on each node and in total.  flush, pause, resume and drop act on
 # every node; a flush waiting for a node is interrupted by statement_timeout,
 # which cancels it there.
+#
+# Keys move while a producer keeps sending through the coordinator: a range
+# to a third node (added then), another to the other node; a move cut off
+# after both nodes prepared it is finished by calling move_keys() again,
+# one cut off after the first node prepared it is undone and made again.
+# A node refuses the keys it gave away; the aggregates still equal the
+# oracle and each key lives on one node, the node of its range.
 
 use strict;
 use warnings;
@@ -16,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use ExactonceTest;
 
 my $db = 'postgres';
@@ -33,6 +41,20 @@ for my $i (0, 1)
 		  . $n->host . "', port '" . $n->port . "', dbname '$db');
 		 CREATE USER MAPPING FOR CURRENT_USER SERVER $server OPTIONS (user '$user')");
 }
+# a node that fails makes the pipelines made on the others dropped again
+my $closed = PostgreSQL::Test::Cluster::get_free_port();
+$coord->safe_psql($db,
+	"CREATE SERVER nowhere FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '"
+	  . $nodes[0]->host . "', port '$closed', dbname '$db');
+	 CREATE USER MAPPING FOR CURRENT_USER SERVER nowhere OPTIONS (user '$user')");
+my ($rc, $out, $err) = $coord->psql($db,
+	"SELECT exactonce.create_distributed_pipeline('half', ARRAY['d'], ARRAY['node1', 'nowhere']::name[])");
+like($err, qr/could not connect to server "nowhere"/, 'create fails on a node that cannot be reached, naming it');
+is($nodes[0]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'half'"),
+	'0', 'and the pipeline made on node1 is dropped again');
+is($coord->safe_psql($db, "SELECT to_regnamespace('half') IS NULL AND NOT EXISTS (SELECT FROM exactonce.distributed_pipeline)"),
+	't', 'and nothing of it is left at the coordinator');
+
 $coord->safe_psql(
 	$db, q{
 SET client_min_messages = warning;
@@ -54,7 +76,7 @@ for my $round (1 .. 6)
 	if ($round == 3)
 	{
 		$nodes[1]->stop('immediate');
-		my ($rc, $out, $err) = $coord->psql($db, ExactonceTest::produce_sql($from, $to));
+		($rc, $out, $err) = $coord->psql($db, ExactonceTest::produce_sql($from, $to));
 		isnt($rc, 0, 'node2 down: a statement with keys of node2 fails');
 		like($err, qr/node2/, 'and the error names node2');
 		($rc, $out, $err) = $coord->psql($db, 'SELECT count(*) FROM trades.aggregates');
@@ -82,10 +104,84 @@ for my $round (1 .. 6)
 	}
 }
 
+# keys move while a producer sends rounds 7 to 10 through the coordinator
+push @nodes, eo_node('node3');
+$nodes[2]->safe_psql($db, 'CREATE EXTENSION exactonce');
+$coord->safe_psql($db,
+	"CREATE SERVER node3 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '"
+	  . $nodes[2]->host . "', port '" . $nodes[2]->port . "', dbname '$db');
+	 CREATE USER MAPPING FOR CURRENT_USER SERVER node3 OPTIONS (user '$user')");
+my $script = $coord->basedir . '/rounds.sql';
+PostgreSQL::Test::Utils::append_to_file($script,
+	join('', map { ExactonceTest::produce_sql(($_ - 1) * 2000 + 1, $_ * 2000) } 7 .. 10));
+my ($pout, $perr) = ('', '');
+my $producer = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $coord->connstr($db), '-f', $script ],
+	'>', \$pout, '2>', \$perr);
+$coord->poll_query_until($db, 'SELECT max(version) > 12000 FROM truth');
+my $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 3, 'node3')");
+cmp_ok($moved, '>', 0, "keys (4, 3) move from node2 to node3, a new node, while events arrive ($moved keys)");
+$coord->poll_query_until($db, 'SELECT max(version) > 14000 FROM truth');
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node2')");
+cmp_ok($moved, '>', 0, "keys (4, 2) move from node1 to node2 while events arrive ($moved keys)");
+ok($producer->finish, 'the producer sent every round') or diag($perr);
+is($coord->safe_psql($db, 'SELECT max(version) FROM truth'), '20000', 'round 10 included');
+is($coord->safe_psql($db, 'SELECT servers FROM exactonce.distributed_pipeline'),
+	'{node1,node2,node3}', 'node3 is a node of the pipeline now');
+
+# a move cut off after both nodes prepared it (the coordinator gone):
+# move_keys() again commits it on both and repoints the partition
+my $gid = 'exactonce_move:trades:8:7:1';
+my ($state, $dead, $horizon) = split /\n/, $nodes[2]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT state || E'\\n' || coalesce(dead_letters, '') || E'\\n' || coalesce(horizon::text, '')
+FROM exactonce.move_keys_out('trades', 8, 7, 'node1', '$gid');
+PREPARE TRANSACTION '$gid';
+}), -1;
+$nodes[0]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT exactonce.move_keys_in('trades', 8, 7, 'node3', '$gid', \$m\$$state\$m\$,
+	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
+PREPARE TRANSACTION '$gid';
+});
+is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 7, 'node1')"),
+	'0', 'move_keys() again finishes a move both nodes had prepared');
+# a move cut off after the first node prepared it: undone, then made
+$gid = 'exactonce_move:trades:8:2:1';
+$nodes[1]->safe_psql($db,
+	"BEGIN; SELECT keys FROM exactonce.move_keys_out('trades', 8, 2, 'node3', '$gid'); PREPARE TRANSACTION '$gid'");
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 2, 'node3')");
+cmp_ok($moved, '>', 0, "move_keys() undoes a move only the first node had prepared and makes it ($moved keys)");
+is(join(',', map { $_->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts') } @nodes),
+	'0,0,0', 'no prepared transaction is left on any node');
+is( $coord->safe_psql(
+		$db, q{
+SELECT string_agg(pg_get_expr(c.relpartbound, c.oid) || ' ' || s.srvname, '; '
+	ORDER BY pg_get_expr(c.relpartbound, c.oid))
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	JOIN pg_foreign_table f ON f.ftrelid = c.oid JOIN pg_foreign_server s ON s.oid = f.ftserver
+WHERE i.inhparent = 'trades.ingest'::regclass}),
+	'FOR VALUES WITH (modulus 4, remainder 0) node1; FOR VALUES WITH (modulus 4, remainder 1) node2; '
+	  . 'FOR VALUES WITH (modulus 8, remainder 2) node3; FOR VALUES WITH (modulus 8, remainder 3) node3; '
+	  . 'FOR VALUES WITH (modulus 8, remainder 6) node2; FOR VALUES WITH (modulus 8, remainder 7) node1',
+	'the coordinator\'s ingest routes each range to its node');
+
+# a node refuses the keys it gave away
+($rc, $out, $err) = $nodes[0]->psql($db,
+	"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+	 SELECT 'k' || i, 1, 0, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 100) i
+	 WHERE exactonce.key_bucket('k' || i, 4) = 2");
+like($err, qr/has moved to server "node2"/, 'node1 refuses a key of the range it gave to node2, naming node2');
+
+# and a round after the moves goes where the keys are now
+$coord->safe_psql($db, ExactonceTest::produce_sql(20001, 22000));
+
 # pause and resume reach every node
 $coord->safe_psql($db, "SELECT exactonce.pause('trades')");
 is($coord->safe_psql($db, 'SELECT string_agg(paused::text, \',\' ORDER BY server) FROM trades.nodes'),
-	'true,true', 'pause at the coordinator pauses every node');
+	'true,true,true', 'pause at the coordinator pauses every node');
 $coord->safe_psql($db, "SELECT exactonce.resume('trades')");
 is($coord->safe_psql($db, 'SELECT bool_or(paused) FROM trades.nodes'), 'f', 'resume resumes them');
 
@@ -100,20 +196,27 @@ SELECT bool_and(ingested = applied + duplicates + stale + dead_lettered)
 FROM trades.nodes}),
 	't', 'the accounting identity holds on each node and in total, every event sent ingested once');
 is( join(',', map { $_->safe_psql($db, "SELECT count(*) > 0 FROM trades.state") } @nodes),
-	't,t', 'both nodes hold keys');
-# each key lives on the node of its hash partition
-my $keys1 = $nodes[0]->safe_psql($db, "SELECT string_agg(quote_literal(key), ',') FROM trades.state");
-is( $coord->safe_psql(
-		$db, "SELECT bool_and(satisfies_hash_partition('trades.ingest'::regclass, 2, 0, k::text COLLATE \"C\"))
-			  FROM unnest(ARRAY[$keys1]) k"),
-	't', 'every key of node1 is in hash partition 0');
+	't,t,t', 'every node holds keys');
+# each key lives on one node, the node of its range
+my %ranges = (0 => '(4, 0), (8, 7)', 1 => '(4, 1), (8, 6)', 2 => '(8, 2), (8, 3)');
+for my $i (0 .. 2)
+{
+	is( $nodes[$i]->safe_psql(
+			$db, "SELECT bool_and(EXISTS (SELECT FROM (VALUES $ranges{$i}) r(m, b)
+				  WHERE exactonce.key_bucket(key, m) = b)) FROM trades.state"),
+		't', 'every key of node' . ($i + 1) . " is in its ranges $ranges{$i}");
+}
+my $held = 0;
+$held += $_->safe_psql($db, 'SELECT count(*) FROM trades.state') for @nodes;
+is($held, $coord->safe_psql($db, 'SELECT count(DISTINCT key) FROM truth'),
+	'the nodes hold each key of the stream once');
 
 # a node holding its pipeline keeps flush waiting; statement_timeout at the
 # coordinator ends the wait and cancels the flush on the node
 my $holder = $nodes[0]->background_psql($db);
 $holder->query_safe('BEGIN');
 $holder->query_safe('SELECT * FROM trades.progress FOR UPDATE');
-my ($rc, $out, $err) = $coord->psql($db, "SET statement_timeout = '1s'; SELECT exactonce.flush('trades')");
+($rc, $out, $err) = $coord->psql($db, "SET statement_timeout = '1s'; SELECT exactonce.flush('trades')");
 like($err, qr/canceling statement due to statement timeout/,
 	'a flush waiting for a node is interrupted by statement_timeout');
 ok( $nodes[0]->poll_query_until(
@@ -125,8 +228,23 @@ $holder->quit;
 # drop at the coordinator drops every node's pipeline
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('trades')");
 is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM exactonce.pipelines WHERE name = 'trades'") } @nodes),
-	'0,0', 'drop_pipeline at the coordinator drops the pipeline on every node');
+	'0,0,0', 'drop_pipeline at the coordinator drops the pipeline on every node');
 is($coord->safe_psql($db, "SELECT to_regnamespace('trades') IS NULL AND NOT EXISTS (SELECT FROM exactonce.distributed_pipeline)"),
 	't', 'and the coordinator\'s schema and registry row');
+
+# drop, forced, goes on past a node that cannot be reached
+$coord->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('gone', ARRAY['d'], ARRAY['node1', 'node2']::name[])");
+$nodes[1]->stop('immediate');
+($rc, $out, $err) = $coord->psql($db, "SELECT exactonce.drop_pipeline('gone')");
+like($err, qr/node2/, 'drop fails on a node that cannot be reached, naming it');
+$coord->safe_psql($db, "SELECT exactonce.drop_pipeline('gone', force => true)");
+is($nodes[0]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'gone'"),
+	'0', 'drop with force drops the pipeline on the nodes it reaches');
+is($coord->safe_psql($db, "SELECT to_regnamespace('gone') IS NULL AND NOT EXISTS (SELECT FROM exactonce.distributed_pipeline)"),
+	't', 'and the coordinator\'s schema and registry row');
+$nodes[1]->start;
+is($nodes[1]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'gone'"),
+	'1', 'the pipeline stays on the node that was down, to drop there');
 
 done_testing();
