@@ -73,9 +73,9 @@ SELECT pg_temp.err($$INSERT INTO mv.ingest (key, version, value, desk)
 	SELECT key, 2000, 1, 'd0' FROM truth WHERE exactonce.key_bucket(key, 4) = 0 LIMIT 0$$);
 SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 4, 1, 'node3', 'move-2')$$);
 -- a range overlapping the one given away, not it, cannot come in
-SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 8, 1, 'node2', 'move-2', NULL, NULL, NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 8, 1, 'node2', 'move-2', NULL, NULL, NULL, NULL)$$);
 -- in: the same range comes back
-SELECT exactonce.move_keys_in('mv', 4, 1, 'node2', 'move-3', state, dead_letters, 42) FROM moved;
+SELECT exactonce.move_keys_in('mv', 4, 1, 'node2', 'move-3', state, seen, dead_letters, 42) FROM moved;
 SELECT * FROM mismatches, counters;
 SELECT item, ok FROM exactonce.verify('mv');
 SELECT count(*) AS refusing_triggers FROM pg_trigger WHERE tgrelid = 'mv.ingest'::regclass AND tgname LIKE 'exactonce_moved%';
@@ -84,9 +84,43 @@ COMMIT;
 SELECT gid, modulus, remainder, direction, peer, keys FROM exactonce.key_move ORDER BY moved_at;
 SELECT * FROM mismatches, counters;
 
--- what cannot move, and misuse
+-- accumulate mode: the keys' share stays in the cells where it was counted;
+-- their state and seen rows move, so that a resend is still a duplicate,
+-- and verify() squares the cells with state by the moves recorded
 SELECT exactonce.create_pipeline('acc', ARRAY['desk'], 'accumulate');
-SELECT pg_temp.err($$SELECT exactonce.move_keys_out('acc', 2, 0, 'node2', 'g')$$);
+CREATE TABLE readings AS
+SELECT 'r' || (i % 40) AS key, i::bigint AS version, (i % 13)::numeric AS value, 'd' || (i % 2) AS desk
+FROM generate_series(1, 400) i;
+INSERT INTO acc.ingest (key, version, value, desk) SELECT * FROM readings;
+SELECT exactonce.flush('acc');
+CREATE VIEW acc_oracle AS
+SELECT desk, 2 - (GROUPING(desk) + 1) AS level, sum(value) AS total, count(*) AS keys
+FROM readings GROUP BY ROLLUP (desk);
+CREATE VIEW acc_mismatches AS
+SELECT (SELECT count(*) FROM (SELECT desk, level, total, keys FROM acc.aggregates EXCEPT ALL SELECT * FROM acc_oracle) a)
+	 + (SELECT count(*) FROM (SELECT * FROM acc_oracle EXCEPT ALL SELECT desk, level, total, keys FROM acc.aggregates) o)
+	AS mismatches;
+BEGIN;
+CREATE TEMP TABLE acc_moved ON COMMIT DROP AS
+SELECT * FROM exactonce.move_keys_out('acc', 2, 1, 'node2', 'acc-1');
+SELECT keys, state IS NOT NULL AS has_state, seen IS NOT NULL AS has_seen FROM acc_moved;
+SELECT count(*) AS seen_left_behind FROM acc.seen WHERE exactonce.key_bucket(key, 2) = 1;
+SELECT mismatches FROM acc_mismatches;
+SELECT item, detail, ok FROM exactonce.verify('acc');
+SELECT modulus, remainder, direction, keys, total, events FROM exactonce.key_move WHERE pipeline = 'acc';
+SELECT exactonce.move_keys_in('acc', 2, 1, 'node2', 'acc-2', state, seen, dead_letters, horizon) FROM acc_moved;
+SELECT item, ok FROM exactonce.verify('acc');
+COMMIT;
+-- a resend of every reading: all duplicates, the moved keys' too
+INSERT INTO acc.ingest (key, version, value, desk) SELECT * FROM readings;
+SELECT exactonce.flush('acc');
+SELECT mismatches FROM acc_mismatches;
+SELECT duplicates, ingested = applied + duplicates + stale + dead_lettered AS identity FROM acc.progress;
+SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 4, 3, 'node2', 'g', NULL, '{}', NULL, NULL)$$);
+
+-- what cannot move, and misuse
+SELECT exactonce.create_pipeline('win', ARRAY['runner'], 'accumulate', window_width => '10 minutes');
+SELECT pg_temp.err($$SELECT exactonce.move_keys_out('win', 2, 0, 'node2', 'g')$$);
 SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 2, 2, 'node2', 'g')$$);
 SELECT exactonce.move_keys('mv', 2, 0, 'node2');
 BEGIN;
@@ -105,6 +139,7 @@ RESET ROLE;
 DROP ROLE mv_stranger;
 SELECT exactonce.drop_pipeline('mv');
 SELECT exactonce.drop_pipeline('acc');
+SELECT exactonce.drop_pipeline('win');
 SELECT count(*) AS moves_left FROM exactonce.key_move;
-DROP TABLE not_a_queue, h, truth CASCADE;
+DROP TABLE not_a_queue, h, truth, readings CASCADE;
 DROP EXTENSION exactonce;

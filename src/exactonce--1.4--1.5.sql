@@ -36,31 +36,33 @@ CREATE TABLE exactonce.key_move (
 		CHECK (direction OPERATOR(pg_catalog.=) ANY (ARRAY['in', 'out'])),
 	peer		text NOT NULL,
 	keys		bigint NOT NULL,
+	total		numeric,
+	events		bigint,
 	moved_at	timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
 );
 COMMENT ON TABLE exactonce.key_move IS
-	'the moves of keys (those whose key_bucket(key, modulus) is remainder) of distributed pipelines into and out of this node, by exactonce.move_keys(); gid names its two-phase commit';
+	'the moves of keys (those whose key_bucket(key, modulus) is remainder) of distributed pipelines into and out of this node, by exactonce.move_keys(); gid names its two-phase commit; in accumulate mode total and events are what the keys had added to the cells, which stay where they were counted';
 SELECT pg_catalog.pg_extension_config_dump('exactonce.key_move', '');
 GRANT SELECT ON exactonce.key_move TO PUBLIC;
 
 CREATE FUNCTION exactonce.move_keys_out(pipeline text, modulus integer, remainder integer,
 										target text, gid text,
-										OUT state text, OUT dead_letters text,
+										OUT state text, OUT seen text, OUT dead_letters text,
 										OUT horizon bigint, OUT keys bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'exactonce_move_keys_out'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.move_keys_out(text, integer, integer, text, text) IS
-	'the first node''s half of exactonce.move_keys(): from now on the queue refuses the keys, what is queued is applied, and their state rows and dead letters are deleted and returned, the cells rebuilt without them; owner only, in the caller''s transaction';
+	'the first node''s half of exactonce.move_keys(): from now on the queue refuses the keys, what is queued is applied, and their state rows (and seen rows, in accumulate mode) and dead letters are deleted and returned, the cells rebuilt without them (latest mode; in accumulate mode the keys'' share stays in the cells); owner only, in the caller''s transaction';
 
 CREATE FUNCTION exactonce.move_keys_in(pipeline text, modulus integer, remainder integer,
-									   source text, gid text, state text, dead_letters text,
-									   horizon bigint)
+									   source text, gid text, state text, seen text,
+									   dead_letters text, horizon bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'exactonce_move_keys_in'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION exactonce.move_keys_in(text, integer, integer, text, text, text, text, bigint) IS
-	'the second node''s half of exactonce.move_keys(): puts in the state rows and dead letters move_keys_out() returned and rebuilds the cells; owner only, in the caller''s transaction';
+COMMENT ON FUNCTION exactonce.move_keys_in(text, integer, integer, text, text, text, text, text, bigint) IS
+	'the second node''s half of exactonce.move_keys(): puts in the state rows, seen rows and dead letters move_keys_out() returned and rebuilds the cells (latest mode); owner only, in the caller''s transaction';
 
 CREATE FUNCTION exactonce.move_keys(pipeline text, modulus integer, remainder integer, server name)
 RETURNS bigint

@@ -16,8 +16,8 @@
  *	 2. On the old node, move_keys_out() holds the pipeline, adds a trigger
  *		to its queue that refuses the range's keys from then on (a producer
  *		writing to the node directly hears of the move), drains the queue,
- *		takes the range's state rows and dead letters out and rebuilds the
- *		cells from the state left.
+ *		takes the range's state rows (and seen rows) and dead letters out and
+ *		rebuilds the cells from the state left (latest mode).
  *	 3. On the new node, move_keys_in() puts them in and rebuilds its cells.
  *	 4. Both node transactions are prepared, then committed (two-phase
  *		commit), and the coordinator's commits last.
@@ -29,9 +29,14 @@
  * gone) is finished, or undone, by calling move_keys() again, which looks
  * for its prepared transactions on both nodes first.
  *
- * Only latest mode: an accumulate pipeline's cells add up readings without
- * remembering which key each came from, so a key's share of them cannot be
- * taken out of one node's cells.
+ * In accumulate mode a cell adds up readings without remembering which key
+ * each came from, so a key's share of the cells cannot be taken out: it
+ * stays where it was counted, which keeps the sums over the nodes exact,
+ * and what moves is the key's state and seen rows, so that a resend of a
+ * reading applied on the old node is a duplicate on the new one.  Each
+ * node's key_move rows then carry the totals and events that left or came
+ * with the keys, by which verify() squares its cells with its state.
+ * Windows are not moved: the nodes' watermarks differ.
  *
  *-------------------------------------------------------------------------
  */
@@ -167,15 +172,24 @@ exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
 	return PointerGetDatum(trigdata->tg_trigtuple);
 }
 
+/* In accumulate mode, what the keys moved had added to the cells. */
+typedef struct MovedTotals
+{
+	Datum		total;			/* numeric */
+	Datum		events;			/* int8 */
+} MovedTotals;
+
 /*
  * RecordMove adds a row to exactonce.key_move.  SPI is connected.
  */
 static void
 RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
-		   const char *peer, const char *gid, int64 keys)
+		   const char *peer, const char *gid, int64 keys, MovedTotals *moved)
 {
-	Oid			types[7] = {TEXTOID, NAMEOID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8OID};
-	Datum		values[7];
+	Oid			types[9] = {TEXTOID, NAMEOID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8OID,
+	NUMERICOID, INT8OID};
+	Datum		values[9];
+	char		nulls[9] = "       nn";
 
 	values[0] = CStringGetTextDatum(gid);
 	values[1] = DirectFunctionCall1(namein, CStringGetDatum(p->name));
@@ -184,11 +198,52 @@ RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
 	values[4] = CStringGetTextDatum(direction);
 	values[5] = CStringGetTextDatum(peer);
 	values[6] = Int64GetDatum(keys);
+	if (moved != NULL)
+	{
+		values[7] = moved->total;
+		values[8] = moved->events;
+		nulls[7] = nulls[8] = ' ';
+	}
 	StatementExecAs(StatementTableOwner("key_move"),
 					StatementPrepareFixed("INSERT INTO exactonce.key_move"
-										  " (gid, pipeline, modulus, remainder, direction, peer, keys)"
-										  " VALUES ($1, $2, $3, $4, $5, $6, $7)", 7, types),
-					values, NULL, false, 1);
+										  " (gid, pipeline, modulus, remainder, direction, peer, keys, total, events)"
+										  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9, types),
+					values, nulls, false, 1);
+}
+
+/*
+ * SumMoved adds up, in accumulate mode, the totals and events of the state
+ * rows of a range (rows NULL) or of rows as TakeRows returned them: what
+ * the cells of the node they leave keep, and those of the node they reach
+ * lack.  SPI is connected.
+ */
+static MovedTotals *
+SumMoved(Pipeline *p, int32 modulus, int32 remainder, const char *rows)
+{
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		values[2] = {Int32GetDatum(modulus), Int32GetDatum(remainder)};
+	const char *s = quote_identifier(p->name);
+	MovedTotals *moved;
+	bool		isnull;
+
+	if (p->mode != PIPELINE_ACCUMULATE)
+		return NULL;
+	if (rows != NULL)
+	{
+		types[0] = TEXTOID;
+		values[0] = CStringGetTextDatum(rows);
+	}
+	if (SPI_execute_with_args(rows == NULL ?
+							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
+									   " FROM %s.state WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2", s) :
+							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
+									   " FROM pg_catalog.unnest($1::pg_catalog.text::%s.state[])", s),
+							  rows == NULL ? 2 : 1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not add up the keys moved of pipeline \"%s\"", p->name);
+	moved = palloc(sizeof(MovedTotals));
+	moved->total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	moved->events = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	return moved;
 }
 
 /*
@@ -280,11 +335,11 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs)
 	CheckRange(PG_GETARG_INT32(1), PG_GETARG_INT32(2));
 	PipelineRequireReadCommitted("a move of keys");
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	if (p->mode != PIPELINE_LATEST)
+	if (p->windowed)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the keys of pipeline \"%s\" cannot move: it is in accumulate mode", p->name),
-				 errdetail("Its cells add up readings without remembering which key each came from, so a key's share of them cannot be taken out of this node's cells.")));
+				 errmsg("the keys of pipeline \"%s\" cannot move: it has event-time windows", p->name),
+				 errdetail("A reading too late on one node could be in time on another, whose watermark is behind.")));
 	return p;
 }
 
@@ -292,8 +347,9 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs)
  * exactonce_move_keys_out takes a range of keys out of a node's pipeline,
  * for move_keys(): from now on its queue refuses them, its queued events
  * are applied, and the range's state rows and dead letters are deleted and
- * returned, the cells rebuilt without them.  Returns (state, dead_letters,
- * horizon, keys).
+ * returned (and the seen rows, in accumulate mode), the cells rebuilt
+ * without them (latest mode).  Returns (state, seen, dead_letters, horizon,
+ * keys).
  */
 Datum
 exactonce_move_keys_out(PG_FUNCTION_ARGS)
@@ -308,12 +364,14 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	int64		keys,
 				dead;
 	char	   *state,
+			   *seen = NULL,
 			   *dead_letters;
+	MovedTotals *moved;
 	const char *target;
 	const char *trigger;
 	TupleDesc	desc;
-	Datum		values[4];
-	bool		nulls[4] = {false, false, false, false};
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -341,12 +399,16 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 					false, 0) < 0)
 		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
 	(void) DrainPipeline(p);
+	moved = SumMoved(p, modulus, remainder, NULL);
 	state = TakeRows(p, "state", modulus, remainder, &keys);
+	if (p->mode == PIPELINE_ACCUMULATE)
+		seen = TakeRows(p, "seen", modulus, remainder, &dummy);
 	dead_letters = TakeRows(p, "dead_letters", modulus, remainder, &dead);
 	MoveDeadLetters(p, -dead);
 	PipelineActAsCaller(p);
-	Rebuild(p);
-	RecordMove(p, modulus, remainder, "out", target, text_to_cstring(PG_GETARG_TEXT_PP(4)), keys);
+	if (p->mode == PIPELINE_LATEST)
+		Rebuild(p);
+	RecordMove(p, modulus, remainder, "out", target, text_to_cstring(PG_GETARG_TEXT_PP(4)), keys, moved);
 
 	MemoryContextSwitchTo(cxt);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
@@ -354,12 +416,15 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	nulls[0] = state == NULL;
 	if (state)
 		values[0] = CStringGetTextDatum(state);
-	nulls[1] = dead_letters == NULL;
+	nulls[1] = seen == NULL;
+	if (seen)
+		values[1] = CStringGetTextDatum(seen);
+	nulls[2] = dead_letters == NULL;
 	if (dead_letters)
-		values[1] = CStringGetTextDatum(dead_letters);
-	nulls[2] = !p->has_horizon;
-	values[2] = Int64GetDatum(p->horizon);
-	values[3] = Int64GetDatum(keys);
+		values[2] = CStringGetTextDatum(dead_letters);
+	nulls[3] = !p->has_horizon;
+	values[3] = Int64GetDatum(p->horizon);
+	values[4] = Int64GetDatum(keys);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
@@ -407,9 +472,9 @@ DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
 
 /*
  * exactonce_move_keys_in puts a range of keys that move_keys_out() took out
- * of another node into this node's pipeline: their state rows and dead
- * letters, the retention horizon if the other's was higher, the cells
- * rebuilt with them.  Returns how many keys came.
+ * of another node into this node's pipeline: their state rows (and seen
+ * rows) and dead letters, the retention horizon if the other's was higher,
+ * the cells rebuilt with them (latest mode).  Returns how many keys came.
  */
 Datum
 exactonce_move_keys_in(PG_FUNCTION_ARGS)
@@ -420,8 +485,10 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	int			nestlevel;
 	int64		dummy;
 	bool		paused;
-	int64		keys,
+	int64		keys = 0,
 				dead = 0;
+	char	   *state = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	MovedTotals *moved;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -429,24 +496,35 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	DropMovedTrigger(p, modulus, remainder);
-	PutRows(p, "state", PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5)));
-	keys = (int64) SPI_processed;
-	if (PG_ARGISNULL(5))
-		keys = 0;
+	if (state != NULL)
+	{
+		PutRows(p, "state", state);
+		keys = (int64) SPI_processed;
+	}
+	moved = SumMoved(p, modulus, remainder, state);
 	if (!PG_ARGISNULL(6))
 	{
-		PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(6)));
+		if (p->mode != PIPELINE_ACCUMULATE)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("pipeline \"%s\" is in latest mode, which has no seen rows", p->name)));
+		PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)));
+	}
+	if (!PG_ARGISNULL(7))
+	{
+		PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)));
 		dead = (int64) SPI_processed;
 	}
 	MoveDeadLetters(p, dead);
 	PipelineActAsCaller(p);
 
 	/* resends below the other node's horizon stay dead letters here */
-	if (!PG_ARGISNULL(7))
-		PipelineSetHorizon(p, PG_GETARG_INT64(7));
-	Rebuild(p);
+	if (!PG_ARGISNULL(8))
+		PipelineSetHorizon(p, PG_GETARG_INT64(8));
+	if (p->mode == PIPELINE_LATEST)
+		Rebuild(p);
 	RecordMove(p, modulus, remainder, "in", text_to_cstring(PG_GETARG_TEXT_PP(3)),
-			   text_to_cstring(PG_GETARG_TEXT_PP(4)), keys);
+			   text_to_cstring(PG_GETARG_TEXT_PP(4)), keys, moved);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(keys);
@@ -644,7 +722,7 @@ MoveResolve(Move *mv)
 static int64
 MoveNodes(Move *mv, Distributed *d, bool new_node)
 {
-	const char *params[8];
+	const char *params[9];
 	PGresult   *res;
 	char	   *keys;
 
@@ -686,16 +764,15 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 	params[3] = mv->servers[1];
 	params[4] = mv->gid;
 	res = NodeRun(mv->conns[0], mv->servers[0],
-				  "SELECT state, dead_letters, horizon, keys"
+				  "SELECT state, seen, dead_letters, horizon, keys"
 				  " FROM exactonce.move_keys_out($1, $2::integer, $3::integer, $4, $5)", 5, params);
 	params[3] = mv->servers[0];
-	params[5] = NodeValue(res, 0);
-	params[6] = NodeValue(res, 1);
-	params[7] = NodeValue(res, 2);
-	keys = NodeValue(res, 3);
+	for (int i = 0; i < 4; i++)
+		params[5 + i] = NodeValue(res, i);
+	keys = NodeValue(res, 4);
 	PQclear(res);
-	MoveRun(mv, 1, "SELECT exactonce.move_keys_in($1, $2::integer, $3::integer, $4, $5, $6, $7, $8::bigint)",
-			8, params);
+	MoveRun(mv, 1, "SELECT exactonce.move_keys_in($1, $2::integer, $3::integer, $4, $5, $6, $7, $8, $9::bigint)",
+			9, params);
 
 	for (int i = 0; i < 2; i++)
 	{

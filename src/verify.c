@@ -24,12 +24,14 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "port/pg_bitutils.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
 #include "pipeline.h"
@@ -205,9 +207,28 @@ BuildVerifyAccumulate(Pipeline *p)
 	appendStringInfo(&sql,
 					 "WITH st AS (SELECT COALESCE(pg_catalog.sum(total), 0) AS total,"
 					 " COALESCE(pg_catalog.sum(events), 0) AS events FROM %s.state),"
-					 " sn AS (SELECT pg_catalog.count(*) AS n FROM %s.seen),"
-					 " g AS (SELECT pg_catalog.format('(%%s)', pg_catalog.concat_ws(', '",
+					 " sn AS (SELECT pg_catalog.count(*) AS n FROM %s.seen),",
 					 s, s);
+
+	/*
+	 * The cells keep the share of keys moved away to another node (move.c)
+	 * and lack that of keys moved in: what they add up to is state's plus the
+	 * net of the moves.
+	 */
+	if (OidIsValid(get_relname_relid("key_move", get_namespace_oid("exactonce", false))))
+		appendStringInfo(&sql,
+						 " mv AS (SELECT COALESCE(pg_catalog.sum(CASE WHEN direction OPERATOR(pg_catalog.=) 'out'"
+						 " THEN total ELSE OPERATOR(pg_catalog.-) total END), 0) AS total,"
+						 " COALESCE(pg_catalog.sum(CASE WHEN direction OPERATOR(pg_catalog.=) 'out'"
+						 " THEN events ELSE OPERATOR(pg_catalog.-) events END), 0) AS events"
+						 " FROM exactonce.key_move WHERE pipeline OPERATOR(pg_catalog.=) %s::pg_catalog.name),",
+						 quote_literal_cstr(p->name));
+	else
+		appendStringInfoString(&sql, " mv AS (SELECT 0 AS total, 0 AS events),");
+	appendStringInfo(&sql,
+					 " cs AS (SELECT st.total OPERATOR(pg_catalog.+) mv.total AS total,"
+					 " st.events OPERATOR(pg_catalog.+) mv.events AS events FROM st, mv),"
+					 " g AS (SELECT pg_catalog.format('(%%s)', pg_catalog.concat_ws(', '");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", CASE WHEN %s IS NOT NULL THEN %s END",
 						 quote_identifier(p->dims[i]), quote_literal_cstr(p->dims[i]));
@@ -217,9 +238,9 @@ BuildVerifyAccumulate(Pipeline *p)
 					 " SELECT item, cell, detail, ok FROM ("
 					 " SELECT 1 AS o, 'groupings'::pg_catalog.text AS item, NULL::pg_catalog.text AS cell,"
 					 " pg_catalog.format('%%s of %d groupings have cells; state counts %%s events',"
-					 " (SELECT pg_catalog.count(*) FROM g), st.events) AS detail,"
-					 " (SELECT pg_catalog.count(*) FROM g) OPERATOR(pg_catalog.=) CASE WHEN st.events OPERATOR(pg_catalog.=) 0 THEN 0 ELSE %d END AS ok"
-					 " FROM st"
+					 " (SELECT pg_catalog.count(*) FROM g), cs.events) AS detail,"
+					 " (SELECT pg_catalog.count(*) FROM g) OPERATOR(pg_catalog.=) CASE WHEN cs.events OPERATOR(pg_catalog.=) 0 THEN 0 ELSE %d END AS ok"
+					 " FROM cs"
 					 " UNION ALL SELECT 2, 'seen', NULL,"
 					 " pg_catalog.format('%%s (key, version) pairs in seen; state counts %%s events', sn.n, st.events),"
 					 " sn.n OPERATOR(pg_catalog.=) st.events FROM sn, st"
@@ -228,9 +249,9 @@ BuildVerifyAccumulate(Pipeline *p)
 					 " FROM (SELECT pg_catalog.count(*) AS n FROM %s.ledger WHERE applied_at IS NULL) l"
 					 " UNION ALL SELECT 3, 'grouping', g.grouping,"
 					 " pg_catalog.format('its cells add up to total %%s over %%s events; state: %%s over %%s events',"
-					 " g.total, g.events, st.total, st.events),"
-					 " g.total OPERATOR(pg_catalog.=) st.total AND g.events OPERATOR(pg_catalog.=) st.events"
-					 " FROM g, st) v ORDER BY o, item, cell",
+					 " g.total, g.events, cs.total, cs.events),"
+					 " g.total OPERATOR(pg_catalog.=) cs.total AND g.events OPERATOR(pg_catalog.=) cs.events"
+					 " FROM g, cs) v ORDER BY o, item, cell",
 					 s, nsets, nsets, s);
 	return sql.data;
 }

@@ -142,7 +142,7 @@ PREPARE TRANSACTION '$gid';
 $nodes[0]->safe_psql(
 	$db, qq{
 BEGIN;
-SELECT exactonce.move_keys_in('trades', 8, 7, 'node3', '$gid', \$m\$$state\$m\$,
+SELECT exactonce.move_keys_in('trades', 8, 7, 'node3', '$gid', \$m\$$state\$m\$, NULL,
 	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
 PREPARE TRANSACTION '$gid';
 });
@@ -231,6 +231,32 @@ is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM exactonce.pipelines 
 	'0,0,0', 'drop_pipeline at the coordinator drops the pipeline on every node');
 is($coord->safe_psql($db, "SELECT to_regnamespace('trades') IS NULL AND NOT EXISTS (SELECT FROM exactonce.distributed_pipeline)"),
 	't', 'and the coordinator\'s schema and registry row');
+
+# accumulate mode: a key's share of the cells stays where it was counted,
+# its state and seen rows move; a resend of every reading after the move is
+# all duplicates, the moved keys' on their new node
+$coord->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('readings', ARRAY['d'], ARRAY['node1', 'node2']::name[], 'accumulate')");
+my $readings = q{SELECT 'r' || (i % 300) AS key, i::bigint AS version, (i % 97)::numeric AS value, 'd' || (i % 4) AS d
+FROM generate_series(1, 6000) i};
+$coord->safe_psql($db, "INSERT INTO readings.ingest (key, version, value, d) $readings");
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('readings', 4, 1, 'node3')");
+cmp_ok($moved, '>', 0, "accumulate: keys (4, 1) move from node2 to node3 ($moved keys)");
+$coord->safe_psql($db, "INSERT INTO readings.ingest (key, version, value, d) $readings");
+$coord->safe_psql($db, "SELECT exactonce.flush('readings')");
+is( $coord->safe_psql(
+		$db, qq{
+WITH oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
+	FROM ($readings) r GROUP BY ROLLUP (d)),
+agg AS (SELECT d, level, total, keys FROM readings.aggregates)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
+	'0', 'accumulate: the coordinator\'s aggregates equal the oracle after the move and a resend of everything');
+is($coord->safe_psql($db, 'SELECT sum(duplicates) FROM readings.nodes'),
+	'6000', 'accumulate: every resent reading is a duplicate, on whichever node its key is now');
+is(join(',', map { $_->safe_psql($db, "SELECT bool_and(ok) FROM exactonce.verify('readings')") } @nodes),
+	't,t,t', 'accumulate: verify() squares each node\'s cells with its state and moves');
+$coord->safe_psql($db, "SELECT exactonce.drop_pipeline('readings')");
 
 # drop, forced, goes on past a node that cannot be reached
 $coord->safe_psql($db,
