@@ -238,7 +238,7 @@ SumMoved(Pipeline *p, int32 modulus, int32 remainder, const char *rows)
 									   " FROM %s.state WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2", s) :
 							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
 									   " FROM pg_catalog.unnest($1::pg_catalog.text::%s.state[])", s),
-							  rows == NULL ? 2 : 1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+							  rows == NULL ? 2 : 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not add up the keys moved of pipeline \"%s\"", p->name);
 	moved = palloc(sizeof(MovedTotals));
 	moved->total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -444,7 +444,7 @@ DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
 	if (SPI_execute_with_args("SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger"
 							  " WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND tgparentid OPERATOR(pg_catalog.=) 0"
 							  " AND tgname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'",
-							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+							  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the triggers of pipeline \"%s\"", p->name);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -556,7 +556,7 @@ FindPartition(Distributed *d, int32 modulus, int32 remainder)
 							  " JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid"
 							  " JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver"
 							  " WHERE i.inhparent OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
-							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+							  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the partitions of distributed pipeline \"%s\"", d->name);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -11,8 +11,11 @@
 #   3. straight into the two nodes, each getting the keys of its hash
 #      partition, two COPYs at once;
 # each with the workers draining as the events arrive, timed from the start
-# of the COPY to every event applied.  Each run must end with aggregates
-# equal to the producer's truth.  All clusters share the machine's cores.
+# of the COPY to every event applied; then
+#   4. a quarter of the keys, (4, 1), moved from node2 to node1 with
+#      exactonce.move_keys(), timed.
+# Each run must end with aggregates equal to the producer's truth.  All
+# clusters share the machine's cores.
 # Run as root or as the postgres OS user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +38,7 @@ chmod a+r "$BASE"/*.copy
 
 names=(coordinator node1 node2 single)
 for i in 0 1 2 3; do
-	bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i))
+	bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10"
 done
 trap 'for n in "${names[@]}"; do bash tools/cluster.sh stop "$BASE/$n" immediate; done' EXIT
 
@@ -139,6 +142,15 @@ wait
 drained dtrades
 t1=$(now)
 report "3. two nodes, each sent its keys directly" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" direct
+
+# 4. a quarter of the keys moved from node2 to node1
+t0=$(now)
+moved=$(psql_on "${C[@]}" -c "SELECT exactonce.move_keys('dtrades', 4, 1, 'node1')")
+t1=$(now)
+diff=$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")
+printf '%-58s %10s keys in %.2f s   %s\n' "4. move_keys('dtrades', 4, 1, 'node1')" "$moved" \
+	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$([ "$diff" = 0 ] && echo PASS || echo "FAIL: $diff cells differ")"
+[ "$diff" = 0 ] || FAILED=1
 
 echo "ratios: through the coordinator / one node $(awk -v a="$RATE_coordinator" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }') (COPY)," \
 	"$(awk -v a="$RATE_batched" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }') (INSERT in batches);" \
