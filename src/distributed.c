@@ -13,7 +13,10 @@
  *	   contribution to the cells live on one node;
  *	 - aggregates, a view summing the nodes' cells per cell and level: each
  *	   node's cells are exact for its keys, and the keys of two nodes never
- *	   meet, so the sums are exact;
+ *	   meet, so the sums are exact; so are the sums and counts of measures
+ *	   (and their averages, computed from them), the min of the nodes' mins
+ *	   and the max of their maxes.  Distinct counts do not merge (a value
+ *	   seen on two nodes would count twice) and are refused;
  *	 - nodes, a view of each node's row of exactonce.pipelines.
  * A node that is down makes an insert for its keys, or a read of the
  * aggregates, fail with an error that names its server; nothing partial is
@@ -286,7 +289,8 @@ DistributedLoad(const char *name, Distributed *d)
 	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
 		return false;
-	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions FROM exactonce.distributed_pipeline"
+	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions, measures, min_max"
+							  " FROM exactonce.distributed_pipeline"
 							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.distributed_pipeline");
@@ -304,6 +308,16 @@ DistributedLoad(const char *name, Distributed *d)
 	d->ndims = n;
 	for (int i = 0; i < n; i++)
 		d->dims[i] = TextDatumGetCString(elems[i]);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	d->nmeasures = Min(n, EXACTONCE_MAX_MEASURES);
+	for (int i = 0; i < d->nmeasures; i++)
+		d->measures[i] = TextDatumGetCString(elems[i]);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	d->nminmax = Min(n, 1 + EXACTONCE_MAX_MEASURES);
+	for (int i = 0; i < d->nminmax; i++)
+		d->min_max[i] = TextDatumGetCString(elems[i]);
 	return true;
 }
 
@@ -380,7 +394,16 @@ DistributedNodeDDL(Distributed *d, int i)
 	appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.aggregates_%d (", s, i);
 	for (int j = 0; j < d->ndims; j++)
 		appendStringInfo(&sql, "%s text, ", quote_identifier(d->dims[j]));
-	appendStringInfo(&sql, "level integer, total numeric, keys bigint, updated_at timestamptz)"
+	appendStringInfoString(&sql, "level integer, total numeric, keys bigint, ");
+	for (int j = 0; j < d->nmeasures; j++)
+		appendStringInfo(&sql, "%s numeric, %s bigint, ",
+						 quote_identifier(psprintf("%s_sum", d->measures[j])),
+						 quote_identifier(psprintf("%s_count", d->measures[j])));
+	for (int j = 0; j < d->nminmax; j++)
+		appendStringInfo(&sql, "%s numeric, %s numeric, ",
+						 quote_identifier(psprintf("%s_min", d->min_max[j])),
+						 quote_identifier(psprintf("%s_max", d->min_max[j])));
+	appendStringInfo(&sql, "updated_at timestamptz)"
 					 " SERVER %3$s OPTIONS (schema_name %4$s, table_name 'aggregates');\n"
 					 "CREATE FOREIGN TABLE %1$s.node_%2$d (name name, paused boolean, queued bigint,"
 					 " lag interval, ingested bigint, applied bigint, duplicates bigint, stale bigint,"
@@ -408,8 +431,24 @@ DistributedViewsDDL(Distributed *d)
 		appendStringInfo(&dims, "%s, ", quote_identifier(d->dims[i]));
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE OR REPLACE VIEW %s.aggregates AS SELECT %slevel, pg_catalog.sum(total) AS total,"
-					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, pg_catalog.max(updated_at) AS updated_at FROM (",
+					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, ",
 					 s, dims.data);
+	for (int j = 0; j < d->nmeasures; j++)
+	{
+		const char *sum = quote_identifier(psprintf("%s_sum", d->measures[j]));
+		const char *count = quote_identifier(psprintf("%s_count", d->measures[j]));
+
+		/* the average as each node computes it (pipeline.c), from the sums */
+		appendStringInfo(&sql, "pg_catalog.sum(%1$s) AS %1$s, pg_catalog.sum(%2$s)::pg_catalog.int8 AS %2$s,"
+						 " pg_catalog.trim_scale(pg_catalog.sum(%1$s)) OPERATOR(pg_catalog./)"
+						 " NULLIF(pg_catalog.sum(%2$s), 0) AS %3$s, ",
+						 sum, count, quote_identifier(psprintf("%s_avg", d->measures[j])));
+	}
+	for (int j = 0; j < d->nminmax; j++)
+		appendStringInfo(&sql, "pg_catalog.min(%1$s) AS %1$s, pg_catalog.max(%2$s) AS %2$s, ",
+						 quote_identifier(psprintf("%s_min", d->min_max[j])),
+						 quote_identifier(psprintf("%s_max", d->min_max[j])));
+	appendStringInfoString(&sql, "pg_catalog.max(updated_at) AS updated_at FROM (");
 	for (int i = 0; i < d->nnodes; i++)
 		appendStringInfo(&sql, "%sSELECT * FROM %s.aggregates_%d", i > 0 ? " UNION ALL " : "", s, i);
 	appendStringInfo(&sql, ") a GROUP BY %slevel;\n"
@@ -443,6 +482,8 @@ BuildCoordinatorDDL(Distributed *d)
 					 s, s, s);
 	for (int i = 0; i < d->ndims; i++)
 		appendStringInfo(&sql, ", %s text NOT NULL", quote_identifier(d->dims[i]));
+	for (int i = 0; i < d->nmeasures; i++)
+		appendStringInfo(&sql, ", %s numeric", quote_identifier(d->measures[i]));
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"
 					 " PARTITION BY HASH (key);\n"
@@ -495,14 +536,22 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	MemoryContext cxt;
 	Oid			out;
 	bool		varlena;
-	Oid			types[4] = {TEXTOID, REGROLEOID, NAMEARRAYOID, TEXTARRAYOID};
-	Datum		values[4];
+	Oid			types[6] = {TEXTOID, REGROLEOID, NAMEARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[6];
+	char	   *measures_text;
+	char	   *min_max_text;
 
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 8; i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the arguments of create_distributed_pipeline must not be NULL")));
+	if (ArrayGetNItems(ARR_NDIM(PG_GETARG_ARRAYTYPE_P(7)), ARR_DIMS(PG_GETARG_ARRAYTYPE_P(7))) > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a distributed pipeline cannot keep distinct counts"),
+				 errdetail("Each node counts the distinct values of its own keys; a value seen on two nodes would count twice in their sum."),
+				 errhint("Count distinct values on one server, or keep them as a dimension.")));
 	d.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	getTypeOutputInfo(TEXTARRAYOID, &out, &varlena);
 	dims_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(1));
@@ -544,6 +593,24 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	}
 	mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	shards = psprintf("%d", PG_GETARG_INT32(4));
+	measures_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(5));
+	min_max_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(6));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(5), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > EXACTONCE_MAX_MEASURES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline has at most %d measures", EXACTONCE_MAX_MEASURES)));
+	d.nmeasures = n;
+	for (int i = 0; i < n; i++)
+		d.measures[i] = nulls[i] ? "" : TextDatumGetCString(elems[i]);
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(6), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > 1 + EXACTONCE_MAX_MEASURES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_max names value or measures, each once")));
+	d.nminmax = n;
+	for (int i = 0; i < n; i++)
+		d.min_max[i] = nulls[i] ? "" : TextDatumGetCString(elems[i]);
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -557,11 +624,13 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	cxt = CurrentMemoryContext;
 	PG_TRY();
 	{
-		const char *params[4] = {d.name, dims_text, mode, shards};
+		const char *params[6] = {d.name, dims_text, mode, shards, measures_text, min_max_text};
 
+		/* each node checks the definition as create_pipeline does */
 		for (; made < d.nnodes; made++)
 			(void) NodeExec(d.servers[made],
-							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer)", 4, params);
+							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
+							6, params);
 	}
 	PG_CATCH();
 	{
@@ -582,9 +651,12 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	values[1] = ObjectIdGetDatum(GetUserId());
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = PG_GETARG_DATUM(1);
+	values[4] = PG_GETARG_DATUM(5);
+	values[5] = PG_GETARG_DATUM(6);
 	StatementExecAs(StatementTableOwner("distributed_pipeline"),
-					StatementPrepareFixed("INSERT INTO exactonce.distributed_pipeline (name, owner, servers, dimensions)"
-										  " VALUES ($1::pg_catalog.name, $2, $3, $4)", 4, types),
+					StatementPrepareFixed("INSERT INTO exactonce.distributed_pipeline"
+										  " (name, owner, servers, dimensions, measures, min_max)"
+										  " VALUES ($1::pg_catalog.name, $2, $3, $4, $5, $6)", 6, types),
 					values, NULL, false, 1);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

@@ -23,6 +23,11 @@ typedef struct Distributed
 	char	   *servers[DIST_MAX_NODES];
 	int			ndims;
 	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			nmeasures;		/* summed at the coordinator */
+	char	   *measures[EXACTONCE_MAX_MEASURES];
+	int			nminmax;		/* value or measures: min of mins, max of
+								 * maxes */
+	char	   *min_max[1 + EXACTONCE_MAX_MEASURES];
 } Distributed;
 
 extern bool DistributedRun(const char *name, const char *action, bool force, int64 *result);

@@ -7,8 +7,10 @@
  * exactonce.move_keys() moves the keys of one bucket, with their state,
  * dead letters and share of the cells, from one node to another in one
  * two-phase commit; move_keys_out() and move_keys_in() are its halves on
- * the nodes, and exactonce.key_move each node's record of them.  Nothing
- * else changes: pipelines are carried forward as they are.
+ * the nodes, and exactonce.key_move each node's record of them.
+ * create_distributed_pipeline() takes measures and min_max, which the
+ * coordinator merges exactly, and refuses distinct counts, which it could
+ * not.  Pipelines are carried forward as they are.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.5'" to load this file. \quit
@@ -70,3 +72,24 @@ AS 'MODULE_PATHNAME', 'exactonce_move_keys'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.move_keys(text, integer, integer, name) IS
 	'move the keys of a distributed pipeline whose key_bucket(key, modulus) is remainder to the node of server (made a node if it is not one), with their state, dead letters and share of the cells, in one two-phase commit of both nodes; splits the ingest partition that holds them; the nodes need max_prepared_transactions; not in a transaction block; call it again to finish a move that was cut off';
+
+-- measures of distributed pipelines: summed, min of mins, max of maxes
+ALTER TABLE exactonce.distributed_pipeline
+	ADD COLUMN measures text[] NOT NULL DEFAULT '{}',
+	ADD COLUMN min_max text[] NOT NULL DEFAULT '{}';
+COMMENT ON COLUMN exactonce.distributed_pipeline.measures IS
+	'the measures of the nodes'' pipelines: the coordinator sums their sums and counts';
+COMMENT ON COLUMN exactonce.distributed_pipeline.min_max IS
+	'value or measures whose min and max the nodes keep: the coordinator takes the min of the mins and the max of the maxes';
+
+DROP FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer);
+CREATE FUNCTION exactonce.create_distributed_pipeline(name text, dimensions text[], servers name[],
+													  mode text DEFAULT 'latest', shards integer DEFAULT 2,
+													  measures text[] DEFAULT '{}',
+													  min_max text[] DEFAULT '{}',
+													  distinct_counts text[] DEFAULT '{}')
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_create_distributed_pipeline'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[]) IS
+	'create pipeline "name" on the node of each postgres_fdw foreign server (with the caller''s user mappings) and, here, schema "name": ingest partitioned by hash of key over foreign tables on the nodes'' queues, aggregates summing the nodes'' cells (sums and counts of measures summed, averages from them, min of mins, max of maxes), and nodes, each node''s row of exactonce.pipelines; distinct counts do not merge and are refused; drop_pipeline, flush, pause and resume act on every node';

@@ -750,14 +750,17 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 	{
 		res = NodeRun(mv->conns[0], mv->servers[0],
 					  psprintf("SELECT p.mode, (SELECT pg_catalog.count(*) FROM %s.shard)::pg_catalog.text,"
-							   " p.dimensions::pg_catalog.text FROM exactonce.pipeline p"
-							   " WHERE p.name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							   " p.dimensions::pg_catalog.text, p.measures::pg_catalog.text, p.min_max::pg_catalog.text"
+							   " FROM exactonce.pipeline p WHERE p.name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							   quote_identifier(mv->name)), 1, params);
 		params[1] = NodeValue(res, 2);
 		params[2] = NodeValue(res, 0);
 		params[3] = NodeValue(res, 1);
+		params[4] = NodeValue(res, 3);
+		params[5] = NodeValue(res, 4);
 		PQclear(res);
-		MoveRun(mv, 1, "SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer)", 4, params);
+		MoveRun(mv, 1, "SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
+				6, params);
 	}
 	params[1] = psprintf("%d", mv->modulus);
 	params[2] = psprintf("%d", mv->remainder);

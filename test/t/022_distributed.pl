@@ -259,6 +259,39 @@ is(join(',', map { $_->safe_psql($db, "SELECT bool_and(ok) FROM exactonce.verify
   or diag(join("\n", map { $_->safe_psql($db, "SELECT * FROM exactonce.verify('readings'); SELECT * FROM exactonce.key_move") } @nodes));
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('readings')");
 
+# measures: the coordinator sums the nodes' sums and counts, averages from
+# them, and takes the min of their mins and the max of their maxes; exact
+# against the latest version of each key, before and after a move
+$coord->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('positions', ARRAY['d'],
+		ARRAY['node1', 'node2']::name[], measures => ARRAY['qty'], min_max => ARRAY['value', 'qty'])");
+my $positions = q{SELECT 'p' || (i % 500) AS key, i::bigint AS version, (i * 31 % 1000) / 10.0 AS value,
+	'd' || (i % 3) AS d, CASE WHEN i % 11 = 0 THEN NULL ELSE (i % 17)::numeric END AS qty, i % 13 = 0 AS deleted
+FROM generate_series(1, 5000) i};
+my $measures_mismatches = qq{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM ($positions) e ORDER BY key, version DESC),
+oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys,
+		coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count,
+		trim_scale(coalesce(sum(qty), 0)) / NULLIF(count(qty), 0) AS qty_avg,
+		min(value) AS value_min, max(value) AS value_max, min(qty) AS qty_min, max(qty) AS qty_max
+	FROM latest WHERE NOT deleted GROUP BY ROLLUP (d)),
+agg AS (SELECT d, level, total, keys, qty_sum, qty_count, qty_avg, value_min, value_max, qty_min, qty_max
+	FROM positions.aggregates)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)};
+$coord->safe_psql($db,
+	"INSERT INTO positions.ingest (key, version, value, d, qty, deleted) SELECT * FROM ($positions) e WHERE version <= 2500");
+$coord->safe_psql($db, "SELECT exactonce.move_keys('positions', 4, 3, 'node3')");
+$coord->safe_psql($db,
+	"INSERT INTO positions.ingest (key, version, value, d, qty, deleted) SELECT * FROM ($positions) e WHERE version > 2000");
+$coord->safe_psql($db, "SELECT exactonce.flush('positions')");
+is($coord->safe_psql($db, $measures_mismatches), '0',
+	'measures: sums, counts, averages, min and max at the coordinator equal the oracle, across a move');
+($rc, $out, $err) = $coord->psql($db,
+	"SELECT exactonce.create_distributed_pipeline('uniques', ARRAY['d'], ARRAY['node1']::name[], distinct_counts => ARRAY['u'])");
+like($err, qr/cannot keep distinct counts/, 'distinct counts, which do not merge across nodes, are refused');
+$coord->safe_psql($db, "SELECT exactonce.drop_pipeline('positions')");
+
 # drop, forced, goes on past a node that cannot be reached
 $coord->safe_psql($db,
 	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('gone', ARRAY['d'], ARRAY['node1', 'node2']::name[])");
