@@ -158,9 +158,12 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	{
 		long		ms;
 
+		/* each look in an SPI connection of its own, whose memory it frees */
+		SPI_connect();
 		PipelineActAsOwner(p);
 		left = Unapplied(p, before, &last, &paused);
 		PipelineActAsCaller(p);
+		SPI_finish();
 		if (left == 0)
 			break;
 		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
