@@ -515,10 +515,57 @@ DistributedPartitionDDL(Distributed *d, int m, int r, const char *server)
 }
 
 /*
+ * NodeAdopt makes the pipeline a node already has node i of a distributed
+ * pipeline, and returns true; false if it has none.  Its definition must be
+ * the distributed pipeline's, and its keys those of hash partition i.
+ * params are create_pipeline's: name, dimensions, mode, shards, measures,
+ * min_max.
+ */
+static bool
+NodeAdopt(Distributed *d, int i, const char **params)
+{
+	const char *check[6] = {params[0], params[1], params[2], params[4], params[5], NULL};
+	char	   *same;
+	char	   *misplaced;
+
+	same = NodeExec(d->servers[i],
+					"SELECT mode OPERATOR(pg_catalog.=) $3 AND dimensions OPERATOR(pg_catalog.=) $2::pg_catalog.text[]"
+					" AND measures OPERATOR(pg_catalog.=) $4::pg_catalog.text[]"
+					" AND min_max OPERATOR(pg_catalog.=) $5::pg_catalog.text[]"
+					" AND distinct_counts OPERATOR(pg_catalog.=) '{}' AND window_width IS NULL"
+					" AND grouping_sets OPERATOR(pg_catalog.=) 'rollup'"
+					" FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+					5, check);
+	if (same == NULL)
+		return false;
+	if (strcmp(same, "t") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pipeline \"%s\" on server \"%s\" is not the one described", d->name, d->servers[i]),
+				 errdetail("A pipeline adopted as a node must have the mode, dimensions, measures and min_max given, no distinct counts, no windows and the rollup.")));
+	check[0] = psprintf("%d", d->nnodes);
+	check[1] = psprintf("%d", i);
+	misplaced = NodeExec(d->servers[i],
+						 psprintf("SELECT pg_catalog.count(*) FROM %s.state"
+								  " WHERE exactonce.key_bucket(key, $1::pg_catalog.int4) OPERATOR(pg_catalog.<>) $2::pg_catalog.int4",
+								  quote_identifier(d->name)), 2, check);
+	if (misplaced == NULL || strcmp(misplaced, "0") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pipeline \"%s\" on server \"%s\" holds %s keys of other nodes", d->name, d->servers[i],
+						misplaced ? misplaced : "some"),
+				 errdetail("Node %d of %d holds the keys whose exactonce.key_bucket(key, %d) is %d.", i + 1, d->nnodes,
+						   d->nnodes, i),
+				 errhint("Adopt one server's pipeline alone, then spread its keys with exactonce.move_keys().")));
+	return true;
+}
+
+/*
  * exactonce_create_distributed_pipeline creates a pipeline on each node of
- * servers (postgres_fdw foreign servers) and the coordinator's schema over
- * them.  A node that fails makes the pipelines made on the others dropped
- * again, as far as they can be reached.
+ * servers (postgres_fdw foreign servers), or with adopt takes the one a node
+ * has, and the coordinator's schema over them.  A node that fails makes the
+ * pipelines made on the others dropped again, as far as they can be
+ * reached; an adopted one is never dropped.
  */
 Datum
 exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
@@ -533,6 +580,8 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	char	   *mode;
 	char	   *shards;
 	volatile int made = 0;
+	volatile bool adopted[DIST_MAX_NODES] = {false};
+	bool		adopt;
 	MemoryContext cxt;
 	Oid			out;
 	bool		varlena;
@@ -541,7 +590,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	char	   *measures_text;
 	char	   *min_max_text;
 
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 9; i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -593,6 +642,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	}
 	mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	shards = psprintf("%d", PG_GETARG_INT32(4));
+	adopt = PG_GETARG_BOOL(8);
 	measures_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(5));
 	min_max_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(6));
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(5), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
@@ -628,9 +678,16 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 
 		/* each node checks the definition as create_pipeline does */
 		for (; made < d.nnodes; made++)
+		{
+			if (adopt && NodeAdopt(&d, made, params))
+			{
+				adopted[made] = true;
+				continue;
+			}
 			(void) NodeExec(d.servers[made],
 							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
 							6, params);
+		}
 	}
 	PG_CATCH();
 	{
@@ -640,7 +697,8 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 		err = CopyErrorData();
 		FlushErrorState();
 		for (int i = 0; i < made; i++)
-			NodeDrop(d.servers[i], d.name, true, true);
+			if (!adopted[i])
+				NodeDrop(d.servers[i], d.name, true, true);
 		ReThrowError(err);
 	}
 	PG_END_TRY();

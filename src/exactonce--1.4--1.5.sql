@@ -9,8 +9,9 @@
  * two-phase commit; move_keys_out() and move_keys_in() are its halves on
  * the nodes, and exactonce.key_move each node's record of them.
  * create_distributed_pipeline() takes measures and min_max, which the
- * coordinator merges exactly, and refuses distinct counts, which it could
- * not.  Pipelines are carried forward as they are.
+ * coordinator merges exactly, refuses distinct counts, which it could not,
+ * and can adopt the pipelines the nodes have.  Pipelines are carried
+ * forward as they are.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.5'" to load this file. \quit
@@ -87,9 +88,10 @@ CREATE FUNCTION exactonce.create_distributed_pipeline(name text, dimensions text
 													  mode text DEFAULT 'latest', shards integer DEFAULT 2,
 													  measures text[] DEFAULT '{}',
 													  min_max text[] DEFAULT '{}',
-													  distinct_counts text[] DEFAULT '{}')
+													  distinct_counts text[] DEFAULT '{}',
+													  adopt boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_create_distributed_pipeline'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[]) IS
-	'create pipeline "name" on the node of each postgres_fdw foreign server (with the caller''s user mappings) and, here, schema "name": ingest partitioned by hash of key over foreign tables on the nodes'' queues, aggregates summing the nodes'' cells (sums and counts of measures summed, averages from them, min of mins, max of maxes), and nodes, each node''s row of exactonce.pipelines; distinct counts do not merge and are refused; drop_pipeline, flush, pause and resume act on every node';
+COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[], boolean) IS
+	'create pipeline "name" on the node of each postgres_fdw foreign server (with the caller''s user mappings) and, here, schema "name": ingest partitioned by hash of key over foreign tables on the nodes'' queues, aggregates summing the nodes'' cells (sums and counts of measures summed, averages from them, min of mins, max of maxes), and nodes, each node''s row of exactonce.pipelines; distinct counts do not merge and are refused; with adopt, a node''s existing pipeline of the same definition, holding only its partition''s keys, becomes the node''s (so one server''s pipeline can be spread with move_keys); drop_pipeline, flush, pause and resume act on every node';

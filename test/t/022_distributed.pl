@@ -292,6 +292,40 @@ is($coord->safe_psql($db, $measures_mismatches), '0',
 like($err, qr/cannot keep distinct counts/, 'distinct counts, which do not merge across nodes, are refused');
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('positions')");
 
+# outgrowing one server: node1's own pipeline, with its events, is adopted
+# as the one node of a distributed pipeline, then half its keys move to
+# node2; resends of everything are duplicates wherever their key is
+$nodes[0]->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_pipeline('solo', ARRAY['d'])");
+my $solo = q{SELECT 's' || (i % 400) AS key, i::bigint AS version, (i % 89)::numeric AS value,
+	'd' || (i % 5) AS d, i % 19 = 0 AS deleted FROM generate_series(1, 4000) i};
+$nodes[0]->safe_psql($db,
+	"INSERT INTO solo.ingest (key, version, value, d, deleted) SELECT * FROM ($solo) e WHERE version <= 2000;
+	 SELECT exactonce.flush('solo')");
+($rc, $out, $err) = $coord->psql($db,
+	"SELECT exactonce.create_distributed_pipeline('solo', ARRAY['other'], ARRAY['node1']::name[], adopt => true)");
+like($err, qr/is not the one described/, 'adopting a pipeline of other dimensions is refused');
+is($nodes[0]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo'"),
+	'1', 'and the node keeps its pipeline');
+$coord->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('solo', ARRAY['d'], ARRAY['node1']::name[], adopt => true)");
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('solo', 2, 1, 'node2')");
+cmp_ok($moved, '>', 0, "one server's pipeline adopted, then half its keys moved to node2 ($moved keys)");
+$coord->safe_psql($db, "INSERT INTO solo.ingest (key, version, value, d, deleted) SELECT * FROM ($solo) e");
+$coord->safe_psql($db, "SELECT exactonce.flush('solo')");
+is( $coord->safe_psql(
+		$db, qq{
+WITH latest AS (SELECT DISTINCT ON (key) * FROM ($solo) e ORDER BY key, version DESC),
+oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
+	FROM latest WHERE NOT deleted GROUP BY ROLLUP (d)),
+agg AS (SELECT d, level, total, keys FROM solo.aggregates)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
+	'0', 'the adopted and spread pipeline\'s aggregates equal the oracle');
+is($coord->safe_psql($db, 'SELECT sum(duplicates), sum(stale), bool_and(ingested = applied + duplicates + stale + dead_lettered) FROM solo.nodes'),
+	'400|1600|t', 'the first 2000 events, sent again, are duplicates (each key\'s latest) or stale, on whichever node their key is');
+$coord->safe_psql($db, "SELECT exactonce.drop_pipeline('solo')");
+
 # drop, forced, goes on past a node that cannot be reached
 $coord->safe_psql($db,
 	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('gone', ARRAY['d'], ARRAY['node1', 'node2']::name[])");
