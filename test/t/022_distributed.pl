@@ -41,6 +41,19 @@ for my $i (0, 1)
 		  . $n->host . "', port '" . $n->port . "', dbname '$db');
 		 CREATE USER MAPPING FOR CURRENT_USER SERVER $server OPTIONS (user '$user')");
 }
+# mismatches(agg, oracle): how many rows of the query agg (a pipeline's
+# cells at the coordinator) and of the query oracle (the same computed from
+# the events) are not in the other
+sub mismatches
+{
+	my ($agg, $oracle) = @_;
+	return $coord->safe_psql(
+		$db, qq{
+WITH agg AS ($agg), oracle AS ($oracle)
+SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)});
+}
+
 # a node that fails makes the pipelines made on the others dropped again
 my $closed = PostgreSQL::Test::Cluster::get_free_port();
 $coord->safe_psql($db,
@@ -244,13 +257,10 @@ $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('readings', 4, 1, 'n
 cmp_ok($moved, '>', 0, "accumulate: keys (4, 1) move from node2 to node3 ($moved keys)");
 $coord->safe_psql($db, "INSERT INTO readings.ingest (key, version, value, d) $readings");
 $coord->safe_psql($db, "SELECT exactonce.flush('readings')");
-is( $coord->safe_psql(
-		$db, qq{
-WITH oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
-	FROM ($readings) r GROUP BY ROLLUP (d)),
-agg AS (SELECT d, level, total, keys FROM readings.aggregates)
-SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
-	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
+is( mismatches(
+		'SELECT d, level, total, keys FROM readings.aggregates',
+		"SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
+		 FROM ($readings) r GROUP BY ROLLUP (d)"),
 	'0', 'accumulate: the coordinator\'s aggregates equal the oracle after the move and a resend of everything');
 is($coord->safe_psql($db, 'SELECT sum(duplicates) FROM readings.nodes'),
 	'6000', 'accumulate: every resent reading is a duplicate, on whichever node its key is now');
@@ -268,24 +278,22 @@ $coord->safe_psql($db,
 my $positions = q{SELECT 'p' || (i % 500) AS key, i::bigint AS version, (i * 31 % 1000) / 10.0 AS value,
 	'd' || (i % 3) AS d, CASE WHEN i % 11 = 0 THEN NULL ELSE (i % 17)::numeric END AS qty, i % 13 = 0 AS deleted
 FROM generate_series(1, 5000) i};
-my $measures_mismatches = qq{
-WITH latest AS (SELECT DISTINCT ON (key) * FROM ($positions) e ORDER BY key, version DESC),
-oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys,
-		coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count,
-		trim_scale(coalesce(sum(qty), 0)) / NULLIF(count(qty), 0) AS qty_avg,
-		min(value) AS value_min, max(value) AS value_max, min(qty) AS qty_min, max(qty) AS qty_max
-	FROM latest WHERE NOT deleted GROUP BY ROLLUP (d)),
-agg AS (SELECT d, level, total, keys, qty_sum, qty_count, qty_avg, value_min, value_max, qty_min, qty_max
-	FROM positions.aggregates)
-SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
-	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)};
 $coord->safe_psql($db,
 	"INSERT INTO positions.ingest (key, version, value, d, qty, deleted) SELECT * FROM ($positions) e WHERE version <= 2500");
 $coord->safe_psql($db, "SELECT exactonce.move_keys('positions', 4, 3, 'node3')");
 $coord->safe_psql($db,
 	"INSERT INTO positions.ingest (key, version, value, d, qty, deleted) SELECT * FROM ($positions) e WHERE version > 2000");
 $coord->safe_psql($db, "SELECT exactonce.flush('positions')");
-is($coord->safe_psql($db, $measures_mismatches), '0',
+is( mismatches(
+		'SELECT d, level, total, keys, qty_sum, qty_count, qty_avg, value_min, value_max, qty_min, qty_max
+		 FROM positions.aggregates',
+		"SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys,
+			coalesce(sum(qty), 0) AS qty_sum, count(qty) AS qty_count,
+			trim_scale(coalesce(sum(qty), 0)) / NULLIF(count(qty), 0) AS qty_avg,
+			min(value) AS value_min, max(value) AS value_max, min(qty) AS qty_min, max(qty) AS qty_max
+		 FROM (SELECT DISTINCT ON (key) * FROM ($positions) e ORDER BY key, version DESC) latest
+		 WHERE NOT deleted GROUP BY ROLLUP (d)"),
+	'0',
 	'measures: sums, counts, averages, min and max at the coordinator equal the oracle, across a move');
 ($rc, $out, $err) = $coord->psql($db,
 	"SELECT exactonce.create_distributed_pipeline('uniques', ARRAY['d'], ARRAY['node1']::name[], distinct_counts => ARRAY['u'])");
@@ -313,14 +321,11 @@ $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('solo', 2, 1, 'node2
 cmp_ok($moved, '>', 0, "one server's pipeline adopted, then half its keys moved to node2 ($moved keys)");
 $coord->safe_psql($db, "INSERT INTO solo.ingest (key, version, value, d, deleted) SELECT * FROM ($solo) e");
 $coord->safe_psql($db, "SELECT exactonce.flush('solo')");
-is( $coord->safe_psql(
-		$db, qq{
-WITH latest AS (SELECT DISTINCT ON (key) * FROM ($solo) e ORDER BY key, version DESC),
-oracle AS (SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
-	FROM latest WHERE NOT deleted GROUP BY ROLLUP (d)),
-agg AS (SELECT d, level, total, keys FROM solo.aggregates)
-SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
-	+ (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)}),
+is( mismatches(
+		'SELECT d, level, total, keys FROM solo.aggregates',
+		"SELECT d, 2 - (GROUPING(d) + 1) AS level, sum(value) AS total, count(*) AS keys
+		 FROM (SELECT DISTINCT ON (key) * FROM ($solo) e ORDER BY key, version DESC) latest
+		 WHERE NOT deleted GROUP BY ROLLUP (d)"),
 	'0', 'the adopted and spread pipeline\'s aggregates equal the oracle');
 is($coord->safe_psql($db, 'SELECT sum(duplicates), sum(stale), bool_and(ingested = applied + duplicates + stale + dead_lettered) FROM solo.nodes'),
 	'400|1600|t', 'the first 2000 events, sent again, are duplicates (each key\'s latest) or stale, on whichever node their key is');
