@@ -131,6 +131,26 @@ CREATE TABLE not_a_queue (key integer);
 CREATE TRIGGER t BEFORE INSERT ON not_a_queue FOR EACH ROW EXECUTE FUNCTION exactonce.refuse_moved_key('2', '0', 'x');
 SELECT pg_temp.err($$INSERT INTO not_a_queue VALUES (1)$$);
 
+-- a role that is not a superuser reaches a node only with a password of
+-- its user mapping, never with the server's own credentials (a .pgpass,
+-- peer or trust): refused before any connection is tried
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER mv_node FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '/nonexistent', dbname 'x');
+CREATE ROLE mv_fdw;
+GRANT USAGE ON FOREIGN SERVER mv_node TO mv_fdw;
+CREATE USER MAPPING FOR mv_fdw SERVER mv_node OPTIONS (user 'postgres');
+SET ROLE mv_fdw;
+SELECT pg_temp.err($$SELECT exactonce.create_distributed_pipeline('mvd', ARRAY['d'], ARRAY['mv_node']::name[])$$);
+RESET ROLE;
+ALTER USER MAPPING FOR mv_fdw SERVER mv_node OPTIONS (ADD password 'secret');
+SET ROLE mv_fdw;
+SELECT pg_temp.err($$SELECT exactonce.create_distributed_pipeline('mvd', ARRAY['d'], ARRAY['mv_node']::name[])$$) LIKE '08001: could not connect to server "mv_node"%' AS tries_to_connect;
+RESET ROLE;
+DROP USER MAPPING FOR mv_fdw SERVER mv_node;
+DROP SERVER mv_node;
+DROP ROLE mv_fdw;
+DROP EXTENSION postgres_fdw;
+
 -- a role that does not own the pipeline cannot take its keys
 CREATE ROLE mv_stranger;
 SET ROLE mv_stranger;

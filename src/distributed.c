@@ -56,6 +56,36 @@
 PG_FUNCTION_INFO_V1(exactonce_create_distributed_pipeline);
 
 /*
+ * CheckPassword insists, as postgres_fdw does, that a role that is not a
+ * superuser connects with a password of its own user mapping, unless a
+ * superuser set password_required 'false' there: otherwise libpq could
+ * authenticate it with the server's own credentials (a .pgpass of the
+ * operating system user, peer or trust authentication).
+ */
+static void
+CheckPassword(UserMapping *um, const char *servername)
+{
+	ListCell   *lc;
+	bool		required = true;
+
+	foreach(lc, um->options)
+	{
+		DefElem    *d = lfirst_node(DefElem, lc);
+
+		if (strcmp(d->defname, "password") == 0 && defGetString(d)[0] != '\0')
+			return;
+		if (strcmp(d->defname, "password_required") == 0)
+			required = defGetBoolean(d);
+	}
+	if (required)
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("password is required"),
+				 errdetail("A role that is not a superuser connects to a node only with a password of its user mapping."),
+				 errhint("Add a password to the user mapping for server \"%s\".", servername)));
+}
+
+/*
  * NodeConnect connects to the node of a postgres_fdw foreign server with
  * the current user's mapping.
  */
@@ -82,6 +112,8 @@ NodeConnect(const char *servername)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for foreign server %s", servername)));
 	um = GetUserMapping(GetUserId(), server->serverid);
+	if (!superuser())
+		CheckPassword(um, servername);
 	options = list_concat(list_copy(server->options), um->options);
 	keywords = palloc(sizeof(char *) * (list_length(options) + 3));
 	values = palloc(sizeof(char *) * (list_length(options) + 3));

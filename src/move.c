@@ -56,6 +56,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "distributed.h"
@@ -86,7 +87,7 @@ KeyBucket(Datum key, int32 modulus)
 
 	if (!ready)
 	{
-		fmgr_info(F_HASHTEXTEXTENDED, &hash);
+		fmgr_info_cxt(F_HASHTEXTEXTENDED, &hash, TopMemoryContext);
 		ready = true;
 	}
 	return (int32) (compute_partition_hash_value(1, &hash, &collation, &key, &isnull) % (uint64) modulus);
