@@ -40,7 +40,7 @@ OBJS = \
 
 DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
 	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql \
-	src/$(EXTENSION)--1.4--1.5.sql
+	src/$(EXTENSION)--1.4--1.5.sql src/$(EXTENSION)--1.5--1.6.sql
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out

@@ -54,7 +54,7 @@ direct	1	1	w
 \.
 -- a row may name the partition taking inserts, never the other one, which
 -- may be sealed and drained: it would be missed (check ingest_slot_open)
-SELECT exactonce.ingest_slot('q.ingest'::regclass) AS open_slot \gset
+SELECT exactonce.ingest_slot('q') AS open_slot \gset
 INSERT INTO q.ingest (key, version, value, d, ingest_slot) VALUES ('wrong', 1, 1, 'w', 1 - :open_slot);
 INSERT INTO q.ingest_1 (key, version, value, d, ingest_slot, ingest_id) VALUES ('wrong', 1, 1, 'w', 1, 1);
 INSERT INTO q.ingest (key, version, value, d, ingest_slot) VALUES ('direct', 1, 1, 'w', :open_slot);
@@ -74,9 +74,25 @@ INSERT INTO q.ingest (key, version, value, d) VALUES ('sp2', 1, 1, 'w');
 SELECT tableoid::regclass FROM q.ingest WHERE key = 'sp2';
 ROLLBACK;
 
--- ingest_slot serves queues only, and only roles that may insert into them
+-- ingest_slot serves queues only, and only roles that may insert into them;
+-- queues made before 1.6 name themselves by regclass, which still works
+SELECT exactonce.ingest_slot('nope');
+CREATE SCHEMA not_a_pipeline;
+CREATE TABLE not_a_pipeline.ingest (key text);
+SELECT exactonce.ingest_slot('not_a_pipeline');
+DROP SCHEMA not_a_pipeline CASCADE;
 SELECT exactonce.ingest_slot('q.state'::regclass);
 SELECT exactonce.ingest_slot('q.ingest_0'::regclass);
+SELECT exactonce.ingest_slot('q.ingest'::regclass) = :open_slot AS same_slot;
+
+-- the queue names its pipeline, not its own relation: a schema renamed by
+-- hand stops inserts rather than queue events that no worker drains
+SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef
+WHERE adrelid = 'q.ingest'::regclass AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = 'q.ingest'::regclass AND attname = 'ingest_slot');
+SELECT conrelid::regclass, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ingest_slot_open' AND connamespace = 'q'::regnamespace ORDER BY 1;
+ALTER SCHEMA q RENAME TO q_renamed;
+INSERT INTO q_renamed.ingest (key, version, value, d) VALUES ('renamed', 1, 1, 'w');
+ALTER SCHEMA q_renamed RENAME TO q;
 
 -- the monitoring view shows depth and lag of what is queued
 INSERT INTO q.ingest (key, version, value, d, event_time) VALUES ('late', 1, 1, 'w', now() - interval '1 hour');

@@ -106,6 +106,10 @@ SELECT pg_get_userbyid(relowner) AS sequence_owner, count(d.objid) AS extension_
 FROM pg_class c LEFT JOIN pg_depend d ON d.objid = c.oid AND d.deptype = 'e'
 WHERE c.oid = pg_get_serial_sequence('old.ingest', 'ingest_id')::regclass GROUP BY 1;
 SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'old.ingest'::regclass AND contype = 'c';
+-- 1.6: the queue's default and check name the pipeline, on every partition
+SELECT conrelid::regclass, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ingest_slot_open' ORDER BY 1;
+SELECT adrelid::regclass, pg_get_expr(adbin, adrelid) FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+WHERE a.attname = 'ingest_slot' ORDER BY 1;
 SELECT name, ingested FROM exactonce.pipelines WHERE name = 'renamed';
 SELECT exactonce.drop_pipeline('renamed', true);
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting

@@ -707,8 +707,8 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " ingest_id bigint NOT NULL GENERATED ALWAYS AS IDENTITY (CACHE 100)"
 					 ") PARTITION BY LIST (ingest_slot);\n");
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ALTER COLUMN ingest_slot"
-					 " SET DEFAULT exactonce.ingest_slot(%s);\n",
-					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
+					 " SET DEFAULT exactonce.ingest_slot(%s::text);\n",
+					 s, quote_literal_cstr(name));
 	appendStringInfo(&sql, "CREATE TRIGGER wake AFTER INSERT ON %s.ingest"
 					 " FOR EACH STATEMENT EXECUTE FUNCTION exactonce.wake();\n"
 					 "COMMENT ON TRIGGER wake ON %s.ingest IS 'exactonce: wakes the background workers';\n",
@@ -730,8 +730,8 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	 * back to both partitions, the sealed one included.
 	 */
 	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open"
-					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s)) NOT VALID;\n",
-					 s, quote_literal_cstr(psprintf("%s.ingest", s)));
+					 " CHECK (exactonce.ingest_slot_check(ingest_slot, %s::text)) NOT VALID;\n",
+					 s, quote_literal_cstr(name));
 
 	/*
 	 * state: a batch rewrites most of its keys' rows, and the versions it

@@ -5,8 +5,12 @@
  *		and truncated once drained, so the queue never bloats.
  *
  * Rows land in partition ingest_<rotation % 2>, chosen by the default of the
- * hidden column ingest_slot.  A partition is drained only once it is sealed,
- * meaning no transaction can add rows to it any more:
+ * hidden column ingest_slot, exactonce.ingest_slot('<pipeline>').  The
+ * default and the check below name the pipeline, not the queue's relation,
+ * so that a copy of the table made elsewhere (a shard, a restore) names
+ * the same pipeline; queues made before 1.6 name it by regclass, which
+ * still works.  A partition is drained only once it is sealed, meaning no
+ * transaction can add rows to it any more:
  *
  *	 - flush() seals the whole queue by taking a SHARE lock on the parent for
  *	   its transaction: that waits for every inserting transaction and holds
@@ -55,7 +59,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -164,12 +170,55 @@ OpenSlot(Oid ingest)
 }
 
 /*
+ * PipelineQueue returns the queue of the pipeline named by argument argno,
+ * kept in fn_extra for the rest of the statement: a COPY evaluates the
+ * default and the check once per row.  The lock OpenSlot takes keeps the
+ * queue from being dropped or renamed under it.
+ */
+static Oid
+PipelineQueue(FunctionCallInfo fcinfo, int argno)
+{
+	Oid		   *cached = fcinfo->flinfo->fn_extra;
+	char	   *name;
+	Oid			nspid;
+	Oid			ingest;
+
+	if (cached != NULL)
+		return *cached;
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	nspid = get_namespace_oid(name, true);
+	ingest = OidIsValid(nspid) ? get_relname_relid("ingest", nspid) : InvalidOid;
+	if (!OidIsValid(ingest))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pipeline \"%s\" has no queue", name),
+				 errdetail("There is no table %s.ingest.", quote_identifier(name)),
+				 errhint("A queue names its pipeline, whose schema has the same name; it may have been renamed or dropped.")));
+	cached = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Oid));
+	*cached = ingest;
+	fcinfo->flinfo->fn_extra = cached;
+	return ingest;
+}
+
+/*
+ * QueueOf returns the queue an ingest_slot function's argument argno names:
+ * the pipeline, or (queues made before 1.6) the queue itself by regclass.
+ */
+static Oid
+QueueOf(FunctionCallInfo fcinfo, int argno)
+{
+	if (get_fn_expr_argtype(fcinfo->flinfo, argno) == TEXTOID)
+		return PipelineQueue(fcinfo, argno);
+	return PG_GETARG_OID(argno);
+}
+
+/*
  * exactonce_ingest_slot is the default of ingest.ingest_slot.
  */
 Datum
 exactonce_ingest_slot(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT32(OpenSlot(PG_GETARG_OID(0)));
+	PG_RETURN_INT32(OpenSlot(QueueOf(fcinfo, 0)));
 }
 
 /*
@@ -181,7 +230,7 @@ Datum
 exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
 {
 	int32		slot = PG_GETARG_INT32(0);
-	Oid			ingest = PG_GETARG_OID(1);
+	Oid			ingest = QueueOf(fcinfo, 1);
 	int			open = OpenSlot(ingest);
 
 	if (slot != open)

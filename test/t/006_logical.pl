@@ -46,7 +46,7 @@ eo_check($sub, $db, 'subscription into the queue');
 
 # a publisher whose rows carry ingest_slot, naming the partition that does
 # not take inserts on the subscriber
-my $closed = 1 - $sub->safe_psql($db, "SELECT exactonce.ingest_slot('trades.ingest')");
+my $closed = 1 - $sub->safe_psql($db, "SELECT exactonce.ingest_slot('trades')");
 $pub->safe_psql($db,
 	"ALTER TABLE trades.ingest ADD COLUMN ingest_slot integer NOT NULL DEFAULT $closed");
 my $offset = -s $sub->logfile;
