@@ -13,8 +13,9 @@
  *					half of the time a move to another desk, region or risk
  *					type
  *	 tombstone		the next version of a live trade, deleted = true
- *	 duplicate		an exact resend of an event already sent (mostly a
- *					recent one, as a producer retrying a timed-out batch does)
+ *	 duplicate		an exact resend of an event already sent (mostly one of
+ *					the last DUP_WINDOW sent, as a producer retrying a
+ *					timed-out batch does)
  *	 stale			an older version of a trade re-sent after a newer one
  *
  * A version's content (value, cell, deleted) never changes once sent, so the
@@ -36,8 +37,9 @@
  * to files in COPY text format, --moves F fixes the fraction of events that
  * are modifications moving their trade, and --batch-log FILE records, per
  * batch, the events sent so far, the batch's event_time and its commit time.
- * The same options (seed, counts, fractions, batch size) give the same events
- * whether they are sent or written, at any rate; only event_time differs.
+ * The same options (seed, counts, fractions) give the same events whether
+ * they are sent or written, at any rate and batch size; only event_time
+ * differs.
  *
  * Build (or "make -C tools"; it needs only libpq, not libm):
  *	 cc -O2 -Wall -Wextra -o tools/producer tools/producer.c \
@@ -85,6 +87,13 @@ static const Dim dims[NDIMS] = {
 };
 
 #define NCELLS (5 * 3 * 6)
+
+/*
+ * Duplicates are mostly resends of the last DUP_WINDOW events: two batches
+ * of the default size, and a constant, so that the stream is the same at
+ * any batch size.
+ */
+#define DUP_WINDOW 10000
 
 static int
 CellOf(const int *c)
@@ -1123,7 +1132,7 @@ main(int argc, char **argv)
 				case K_DUP:
 					{
 						/* mostly a retry of something just sent, else anything */
-						int64_t		window = 2 * batch < nsent ? 2 * batch : nsent;
+						int64_t		window = DUP_WINDOW < nsent ? DUP_WINDOW : nsent;
 
 						if (Uniform() < 0.7)
 							vi = sent_log[nsent - 1 - Below(window)];
