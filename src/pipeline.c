@@ -1099,13 +1099,15 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 Pipeline *
 PipelineLoad(const char *name, bool for_owner)
 {
-	Oid			types[1] = {TEXTOID};
+	static const Oid types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
+	SPIPlanPtr	plan;
 	Pipeline   *p;
 
-	if (SPI_execute_with_args("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
-							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	plan = StatementPrepareFixed("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+								 " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+								 1, types);
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -1160,12 +1162,14 @@ PipelineActAsCaller(Pipeline *p)
 Pipeline *
 PipelineLoadById(int32 id)
 {
-	Oid			types[1] = {INT4OID};
+	static const Oid types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(id)};
+	SPIPlanPtr	plan;
 
-	if (SPI_execute_with_args("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	plan = StatementPrepareFixed("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+								 " WHERE id OPERATOR(pg_catalog.=) $1",
+								 1, types);
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed == 0)
 		return NULL;
@@ -1204,7 +1208,8 @@ PipelineListIds(List **shards)
 	List	   *ids = NIL;
 
 	*shards = NIL;
-	if (SPI_execute("SELECT id, shards FROM exactonce.pipeline ORDER BY id", true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_plan(StatementPrepareFixed("SELECT id, shards FROM exactonce.pipeline ORDER BY id", 0, NULL),
+						 NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
