@@ -213,6 +213,19 @@ RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
 }
 
 /*
+ * RowsOf returns the SQL that reads rows of table as TakeRows returned them
+ * ($1): a JSON array of objects by column name, or, from a node before 1.6,
+ * the text of an array of the table's row type, by position.
+ */
+static char *
+RowsOf(const char *rows, const char *s, const char *table)
+{
+	return psprintf(rows[0] == '[' ?
+					"pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
+					"pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table);
+}
+
+/*
  * SumMoved adds up, in accumulate mode, the totals and events of the state
  * rows of a range (rows NULL) or of rows as TakeRows returned them: what
  * the cells of the node they leave keep, and those of the node they reach
@@ -238,7 +251,7 @@ SumMoved(Pipeline *p, int32 modulus, int32 remainder, const char *rows)
 							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
 									   " FROM %s.state WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2", s) :
 							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
-									   " FROM pg_catalog.unnest($1::pg_catalog.text::%s.state[])", s),
+									   " FROM %s", RowsOf(rows, s, "state")),
 							  rows == NULL ? 2 : 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not add up the keys moved of pipeline \"%s\"", p->name);
 	moved = palloc(sizeof(MovedTotals));
@@ -249,8 +262,9 @@ SumMoved(Pipeline *p, int32 modulus, int32 remainder, const char *rows)
 
 /*
  * TakeRows deletes a pipeline table's rows of the range and returns them as
- * the text of an array of the table's row type (NULL if none); *n is how
- * many.
+ * a JSON array of objects, one per row, by column name (NULL if none): the
+ * columns of the same table may stand in another order on the other node
+ * (state's changed in 1.6); *n is how many.
  */
 static char *
 TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *n)
@@ -262,7 +276,7 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 
 	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
 									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
-									   " SELECT pg_catalog.array_agg(taken.*)::pg_catalog.text, pg_catalog.count(*) FROM taken",
+									   " SELECT pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.count(*) FROM taken",
 									   quote_identifier(p->name), table),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
@@ -284,8 +298,7 @@ PutRows(Pipeline *p, const char *table, const char *rows)
 	if (rows == NULL)
 		return;
 	values[0] = CStringGetTextDatum(rows);
-	if (SPI_execute_with_args(psprintf("INSERT INTO %s.%s SELECT * FROM pg_catalog.unnest($1::pg_catalog.text::%s.%s[])",
-									   s, table, s, table),
+	if (SPI_execute_with_args(psprintf("INSERT INTO %s.%s SELECT * FROM %s", s, table, RowsOf(rows, s, table)),
 							  1, types, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
 }

@@ -549,16 +549,16 @@ AppendDims(StringInfo sql, char **dims, int ndims, bool not_null)
 }
 
 /*
- * AppendMeasures appends ", <measure> numeric" for each measure and
- * ", <column> text" for each distinct_counts column: NULL where an event has
- * none.
+ * AppendMeasures appends ", <measure> numeric" for each measure (if
+ * measures) and ", <column> text" for each distinct_counts column (if
+ * distincts): NULL where an event has none.
  */
 static void
-AppendMeasures(StringInfo sql, Pipeline *def)
+AppendMeasures(StringInfo sql, Pipeline *def, bool measures, bool distincts)
 {
-	for (int i = 0; i < def->nmeasures; i++)
+	for (int i = 0; measures && i < def->nmeasures; i++)
 		appendStringInfo(sql, ", %s numeric", quote_identifier(def->measures[i]));
-	for (int i = 0; i < def->ndistinct; i++)
+	for (int i = 0; distincts && i < def->ndistinct; i++)
 		appendStringInfo(sql, ", %s text", quote_identifier(def->distincts[i]));
 }
 
@@ -700,7 +700,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	appendStringInfo(&sql, "CREATE TABLE %s.ingest (key text COLLATE \"C\" NOT NULL,"
 					 " version bigint NOT NULL, value numeric NOT NULL", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), true);
-	AppendMeasures(&sql, def);
+	AppendMeasures(&sql, def, true, true);
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),"
 					 " ingest_slot integer NOT NULL,"
@@ -738,15 +738,19 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	 * replaces can only be pruned once the transactions running beside it
 	 * (the other shards') have ended; half of each page kept free lets the
 	 * new versions stay on their page (HOT), which spares the index entry and
-	 * most of the WAL of an update
+	 * most of the WAL of an update.  The WAL record of an update on the same
+	 * page leaves out the bytes the new row shares with the old one at its
+	 * start, so the columns that rarely change (the key, the cell) come
+	 * first and those every version changes last.
 	 */
 	if (mode == PIPELINE_LATEST)
 	{
-		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY,"
-						 " version bigint NOT NULL, value numeric NOT NULL", s);
+		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY", s);
 		AppendDims(&sql, dims, ndims, true);
-		AppendMeasures(&sql, def);
-		appendStringInfo(&sql, ", deleted boolean NOT NULL, updated_at timestamptz NOT NULL"
+		AppendMeasures(&sql, def, false, true);
+		appendStringInfoString(&sql, ", deleted boolean NOT NULL, version bigint NOT NULL, value numeric NOT NULL");
+		AppendMeasures(&sql, def, true, false);
+		appendStringInfo(&sql, ", updated_at timestamptz NOT NULL"
 						 ") WITH (fillfactor = 50);\n"
 						 "COMMENT ON TABLE %s.state IS 'exactonce: each key''s highest version (deleted = tombstone)';\n",
 						 s);
@@ -754,8 +758,8 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	else
 	{
 		appendStringInfo(&sql, "CREATE TABLE %s.state (key text COLLATE \"C\" PRIMARY KEY,"
-						 " version bigint NOT NULL, total numeric NOT NULL, events bigint NOT NULL,"
-						 " first_event_time timestamptz NOT NULL, last_event_time timestamptz NOT NULL,"
+						 " first_event_time timestamptz NOT NULL, version bigint NOT NULL,"
+						 " total numeric NOT NULL, events bigint NOT NULL, last_event_time timestamptz NOT NULL,"
 						 " updated_at timestamptz NOT NULL) WITH (fillfactor = 50);\n"
 						 "COMMENT ON TABLE %s.state IS 'exactonce: each key''s running context (sum, events, first and last event_time, highest version)';\n"
 						 "CREATE TABLE %s.seen (key text COLLATE \"C\", version bigint,"
@@ -785,7 +789,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	/* dead letters */
 	appendStringInfo(&sql, "CREATE TABLE %s.dead_letters (key text COLLATE \"C\", version bigint, value numeric", s);
 	AppendDims(&sql, dims + PIPELINE_FIRST_INPUT_DIM(def), ndims - PIPELINE_FIRST_INPUT_DIM(def), false);
-	AppendMeasures(&sql, def);
+	AppendMeasures(&sql, def, true, true);
 	appendStringInfo(&sql, ", deleted boolean, event_time timestamptz, reason text NOT NULL,"
 					 " failed_at timestamptz NOT NULL DEFAULT pg_catalog.now());\n"
 					 "COMMENT ON TABLE %s.dead_letters IS 'exactonce: events that could not be applied, as they arrived, with the reason';\n",
