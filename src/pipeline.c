@@ -740,8 +740,8 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	 * new versions stay on their page (HOT), which spares the index entry and
 	 * most of the WAL of an update.  The WAL record of an update on the same
 	 * page leaves out the bytes the new row shares with the old one at its
-	 * start, so the columns that rarely change (the key, the cell) come
-	 * first and those every version changes last.
+	 * start, so the columns that rarely change (the key, the cell) come first
+	 * and those every version changes last.
 	 */
 	if (mode == PIPELINE_LATEST)
 	{
