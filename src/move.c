@@ -276,7 +276,7 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 
 	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
 									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
-									   " SELECT pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.count(*) FROM taken",
+									   " SELECT pg_catalog.jsonb_agg(taken)::pg_catalog.text, pg_catalog.count(*) FROM taken",
 									   quote_identifier(p->name), table),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
