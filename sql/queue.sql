@@ -93,6 +93,14 @@ SELECT conrelid::regclass, pg_get_constraintdef(oid) FROM pg_constraint WHERE co
 ALTER SCHEMA q RENAME TO q_renamed;
 INSERT INTO q_renamed.ingest (key, version, value, d) VALUES ('renamed', 1, 1, 'w');
 ALTER SCHEMA q_renamed RENAME TO q;
+-- a name that changes from row to row finds each row's pipeline
+SELECT exactonce.create_pipeline('q2', ARRAY['d']);
+UPDATE q2.progress SET rotation = (SELECT rotation + 1 FROM q.progress);
+SELECT p, exactonce.ingest_slot(p) AS slot,
+	   exactonce.ingest_slot(p) = CASE p WHEN 'q' THEN (SELECT rotation % 2 FROM q.progress)
+										 ELSE (SELECT rotation % 2 FROM q2.progress) END AS its_own
+FROM (VALUES ('q'), ('q2'), ('q'), ('q2')) v(p);
+SELECT exactonce.drop_pipeline('q2');
 
 -- the monitoring view shows depth and lag of what is queued
 INSERT INTO q.ingest (key, version, value, d, event_time) VALUES ('late', 1, 1, 'w', now() - interval '1 hour');

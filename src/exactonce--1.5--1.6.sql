@@ -18,7 +18,7 @@
 
 CREATE FUNCTION exactonce.ingest_slot(pipeline text)
 RETURNS integer
-AS 'MODULE_PATHNAME', 'exactonce_ingest_slot'
+AS 'MODULE_PATHNAME', 'exactonce_pipeline_slot'
 LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION exactonce.ingest_slot(text) IS
 	'default of ingest.ingest_slot: the partition of the pipeline''s queue that currently takes inserts';
@@ -27,7 +27,7 @@ COMMENT ON FUNCTION exactonce.ingest_slot(regclass) IS
 
 CREATE FUNCTION exactonce.ingest_slot_check(slot integer, pipeline text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'exactonce_ingest_slot_check'
+AS 'MODULE_PATHNAME', 'exactonce_pipeline_slot_check'
 LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION exactonce.ingest_slot_check(integer, text) IS
 	'check constraint ingest_slot_open of each ingest queue: rows enter only the partition taking inserts, never a sealed one';

@@ -61,7 +61,6 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -80,6 +79,8 @@
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
+PG_FUNCTION_INFO_V1(exactonce_pipeline_slot);
+PG_FUNCTION_INFO_V1(exactonce_pipeline_slot_check);
 
 /*
  * The slot read for one queue by this (sub)transaction.  It is valid while
@@ -169,68 +170,51 @@ OpenSlot(Oid ingest)
 	return slot_cache_slot;
 }
 
+/* the queue a pipeline's name led to, kept for the rest of a statement */
+typedef struct NamedQueue
+{
+	NameData	pipeline;
+	Oid			ingest;
+}			NamedQueue;
+
 /*
- * PipelineQueue returns the queue of the pipeline named by argument argno,
- * kept in fn_extra for the rest of the statement: a COPY evaluates the
- * default and the check once per row.  The lock OpenSlot takes keeps the
- * queue from being dropped or renamed under it.
+ * PipelineQueue returns the queue of the pipeline named by argument argno.
+ * It keeps the last one in fn_extra for the rest of the statement: a COPY
+ * evaluates the default and the check once per row.  The lock OpenSlot
+ * then takes keeps the queue from being dropped or renamed under it.
  */
 static Oid
 PipelineQueue(FunctionCallInfo fcinfo, int argno)
 {
-	Oid		   *cached = fcinfo->flinfo->fn_extra;
-	char	   *name;
+	NamedQueue *cached = fcinfo->flinfo->fn_extra;
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	Oid			nspid;
-	Oid			ingest;
 
-	if (cached != NULL)
-		return *cached;
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (cached != NULL && strcmp(NameStr(cached->pipeline), name) == 0)
+		return cached->ingest;
+	if (cached == NULL)
+		cached = fcinfo->flinfo->fn_extra =
+			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(NamedQueue));
 	nspid = get_namespace_oid(name, true);
-	ingest = OidIsValid(nspid) ? get_relname_relid("ingest", nspid) : InvalidOid;
-	if (!OidIsValid(ingest))
+	cached->ingest = OidIsValid(nspid) ? get_relname_relid("ingest", nspid) : InvalidOid;
+	if (!OidIsValid(cached->ingest))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("pipeline \"%s\" has no queue", name),
 				 errdetail("There is no table %s.ingest.", quote_identifier(name)),
 				 errhint("A queue names its pipeline, whose schema has the same name; it may have been renamed or dropped.")));
-	cached = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Oid));
-	*cached = ingest;
-	fcinfo->flinfo->fn_extra = cached;
-	return ingest;
+	namestrcpy(&cached->pipeline, name);
+	return cached->ingest;
 }
 
 /*
- * QueueOf returns the queue an ingest_slot function's argument argno names:
- * the pipeline, or (queues made before 1.6) the queue itself by regclass.
+ * SlotCheck is the check constraint ingest_slot_open: a row may only enter
+ * the partition taking inserts.  It fails with an error of its own rather
+ * than returning false, to say why and what to do.
  */
-static Oid
-QueueOf(FunctionCallInfo fcinfo, int argno)
+static bool
+SlotCheck(int32 slot, Oid ingest)
 {
-	if (get_fn_expr_argtype(fcinfo->flinfo, argno) == TEXTOID)
-		return PipelineQueue(fcinfo, argno);
-	return PG_GETARG_OID(argno);
-}
-
-/*
- * exactonce_ingest_slot is the default of ingest.ingest_slot.
- */
-Datum
-exactonce_ingest_slot(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_INT32(OpenSlot(QueueOf(fcinfo, 0)));
-}
-
-/*
- * exactonce_ingest_slot_check is the check constraint ingest_slot_open: a
- * row may only enter the partition taking inserts.  It fails with an error
- * of its own rather than returning false, to say why and what to do.
- */
-Datum
-exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
-{
-	int32		slot = PG_GETARG_INT32(0);
-	Oid			ingest = QueueOf(fcinfo, 1);
 	int			open = OpenSlot(ingest);
 
 	if (slot != open)
@@ -241,7 +225,43 @@ exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
 				 errdetail("Partition %d does; the other one may be sealed and draining, and a row added to it could be missed.", open),
 				 errhint("Insert into the queue, %s.ingest, and leave ingest_slot to its default.",
 						 quote_identifier(get_namespace_name(get_rel_namespace(ingest))))));
-	PG_RETURN_BOOL(true);
+	return true;
+}
+
+/*
+ * exactonce_pipeline_slot is the default of ingest.ingest_slot,
+ * exactonce.ingest_slot(pipeline text).
+ */
+Datum
+exactonce_pipeline_slot(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(OpenSlot(PipelineQueue(fcinfo, 0)));
+}
+
+/*
+ * exactonce_pipeline_slot_check is the check ingest_slot_open,
+ * exactonce.ingest_slot_check(slot integer, pipeline text).
+ */
+Datum
+exactonce_pipeline_slot_check(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(SlotCheck(PG_GETARG_INT32(0), PipelineQueue(fcinfo, 1)));
+}
+
+/*
+ * exactonce_ingest_slot and exactonce_ingest_slot_check are the same for
+ * queues made before 1.6, which name themselves by regclass.
+ */
+Datum
+exactonce_ingest_slot(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(OpenSlot(PG_GETARG_OID(0)));
+}
+
+Datum
+exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(SlotCheck(PG_GETARG_INT32(0), PG_GETARG_OID(1)));
 }
 
 /*
