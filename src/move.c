@@ -213,61 +213,35 @@ RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
 }
 
 /*
- * RowsOf returns the SQL that reads rows of table as TakeRows returned them
- * ($1): a JSON array of objects by column name, or, from a node before 1.6,
- * the text of an array of the table's row type, by position.
+ * SUMS is the SQL that adds up, in accumulate mode, the totals and events
+ * of the state rows of relation rel: what the cells of the node the keys
+ * leave keep, and those of the node they reach lack.
  */
-static char *
-RowsOf(const char *rows, const char *s, const char *table)
-{
-	return psprintf(rows[0] == '[' ?
-					"pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
-					"pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table);
-}
+#define SUMS(rel) ", COALESCE(pg_catalog.sum(" rel ".total), 0)," \
+	" COALESCE(pg_catalog.sum(" rel ".events), 0)::pg_catalog.int8"
 
 /*
- * SumMoved adds up, in accumulate mode, the totals and events of the state
- * rows of a range (rows NULL) or of rows as TakeRows returned them: what
- * the cells of the node they leave keep, and those of the node they reach
- * lack.  SPI is connected.
+ * ReadSums reads what SUMS added up, from columns 3 and 4 of the result.
  */
-static MovedTotals *
-SumMoved(Pipeline *p, int32 modulus, int32 remainder, const char *rows)
+static void
+ReadSums(MovedTotals *moved)
 {
-	Oid			types[2] = {INT4OID, INT4OID};
-	Datum		values[2] = {Int32GetDatum(modulus), Int32GetDatum(remainder)};
-	const char *s = quote_identifier(p->name);
-	MovedTotals *moved;
 	bool		isnull;
 
-	if (p->mode != PIPELINE_ACCUMULATE)
-		return NULL;
-	if (rows != NULL)
-	{
-		types[0] = TEXTOID;
-		values[0] = CStringGetTextDatum(rows);
-	}
-	if (SPI_execute_with_args(rows == NULL ?
-							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
-									   " FROM %s.state WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2", s) :
-							  psprintf("SELECT COALESCE(pg_catalog.sum(total), 0), COALESCE(pg_catalog.sum(events), 0)::pg_catalog.int8"
-									   " FROM %s", RowsOf(rows, s, "state")),
-							  rows == NULL ? 2 : 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not add up the keys moved of pipeline \"%s\"", p->name);
-	moved = palloc(sizeof(MovedTotals));
-	moved->total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	moved->events = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	return moved;
+	moved->total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	moved->events = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
 }
 
 /*
  * TakeRows deletes a pipeline table's rows of the range and returns them as
  * a JSON array of objects, one per row, by column name (NULL if none): the
  * columns of the same table may stand in another order on the other node
- * (state's changed in 1.6); *n is how many.
+ * (state's changed in 1.6); *n is how many, and moved, if not NULL, gets
+ * the state rows' sums.
  */
 static char *
-TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *n)
+TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *n,
+		 MovedTotals *moved)
 {
 	Oid			types[2] = {INT4OID, INT4OID};
 	Datum		values[2] = {Int32GetDatum(modulus), Int32GetDatum(remainder)};
@@ -276,31 +250,42 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 
 	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
 									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
-									   " SELECT pg_catalog.jsonb_agg(taken)::pg_catalog.text, pg_catalog.count(*) FROM taken",
-									   quote_identifier(p->name), table),
+									   " SELECT pg_catalog.jsonb_agg(taken)::pg_catalog.text, pg_catalog.count(*)%s FROM taken",
+									   quote_identifier(p->name), table, moved ? SUMS("taken") : ""),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
 	rows = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	*n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (moved)
+		ReadSums(moved);
 	return rows;
 }
 
 /*
- * PutRows inserts rows as TakeRows returned them into a pipeline table.
+ * PutRows inserts rows as TakeRows returned them into a pipeline table and
+ * returns how many; moved, if not NULL, gets the state rows' sums.  Rows
+ * from a node before 1.6 are the text of an array of the table's row type,
+ * read by position.
  */
-static void
-PutRows(Pipeline *p, const char *table, const char *rows)
+static int64
+PutRows(Pipeline *p, const char *table, const char *rows, MovedTotals *moved)
 {
 	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Datum		values[1] = {CStringGetTextDatum(rows)};
 	const char *s = quote_identifier(p->name);
+	bool		isnull;
 
-	if (rows == NULL)
-		return;
-	values[0] = CStringGetTextDatum(rows);
-	if (SPI_execute_with_args(psprintf("INSERT INTO %s.%s SELECT * FROM %s", s, table, RowsOf(rows, s, table)),
-							  1, types, values, NULL, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_with_args(psprintf("WITH put AS (INSERT INTO %1$s.%2$s SELECT * FROM %3$s RETURNING *)"
+									   " SELECT NULL, pg_catalog.count(*)%4$s FROM put", s, table,
+									   psprintf(rows[0] == '[' ?
+												"pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
+												"pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table),
+									   moved ? SUMS("put") : ""),
+							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
+	if (moved)
+		ReadSums(moved);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 }
 
 /*
@@ -380,6 +365,7 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	char	   *state,
 			   *seen = NULL,
 			   *dead_letters;
+	MovedTotals sums;
 	MovedTotals *moved;
 	const char *target;
 	const char *trigger;
@@ -390,6 +376,7 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = LoadMovable(fcinfo, 5);
+	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	target = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	trigger = psprintf(MOVED_TRIGGER, modulus, remainder);
 	PipelineActAsOwner(p);
@@ -413,11 +400,10 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 					false, 0) < 0)
 		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
 	(void) DrainPipeline(p);
-	moved = SumMoved(p, modulus, remainder, NULL);
-	state = TakeRows(p, "state", modulus, remainder, &keys);
+	state = TakeRows(p, "state", modulus, remainder, &keys, moved);
 	if (p->mode == PIPELINE_ACCUMULATE)
-		seen = TakeRows(p, "seen", modulus, remainder, &dummy);
-	dead_letters = TakeRows(p, "dead_letters", modulus, remainder, &dead);
+		seen = TakeRows(p, "seen", modulus, remainder, &dummy, NULL);
+	dead_letters = TakeRows(p, "dead_letters", modulus, remainder, &dead, NULL);
 	MoveDeadLetters(p, -dead);
 	PipelineActAsCaller(p);
 	if (p->mode == PIPELINE_LATEST)
@@ -502,32 +488,29 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	int64		keys = 0,
 				dead = 0;
 	char	   *state = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	MovedTotals sums = {DirectFunctionCall1(int8_numeric, Int64GetDatum(0)), Int64GetDatum(0)};
 	MovedTotals *moved;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = LoadMovable(fcinfo, 5);
+	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	DropMovedTrigger(p, modulus, remainder);
 	if (state != NULL)
-	{
-		PutRows(p, "state", state);
-		keys = (int64) SPI_processed;
-	}
-	moved = SumMoved(p, modulus, remainder, state);
+		keys = PutRows(p, "state", state, moved);
 	if (!PG_ARGISNULL(6))
 	{
 		if (p->mode != PIPELINE_ACCUMULATE)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("pipeline \"%s\" is in latest mode, which has no seen rows", p->name)));
-		PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)));
+		(void) PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)), NULL);
 	}
 	if (!PG_ARGISNULL(7))
 	{
-		PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)));
-		dead = (int64) SPI_processed;
+		dead = PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)), NULL);
 	}
 	MoveDeadLetters(p, dead);
 	PipelineActAsCaller(p);
