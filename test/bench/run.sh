@@ -1243,7 +1243,7 @@ for run in "${RUNS[@]}"; do
 	say "  $(printf '%-30s' "$(label "$run")") ${R_SIZES[$run]}"
 done
 
-ratio() { [ -n "${R_SECS[$2]:-}" ] && calc "%.2f" "$(rate_of "$1") / $(rate_of "$2")" || echo "n/a"; }
+ratio() { [ -n "${R_SECS[$1]:-}" ] && [ -n "${R_SECS[$2]:-}" ] && calc "%.2f" "$(rate_of "$1") / $(rate_of "$2")" || echo "n/a"; }
 met() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "n/a") ? "not measured in this run" : ((a + 0 >= b + 0) ? "met" : "NOT met") }'; }
 say ""
 say "ratios and targets (issue 5):"
@@ -1252,11 +1252,11 @@ r_naive=$(ratio eo_workers naive_tuned)
 say "  exactonce worker drain / COPY        $r_copy   target >= 0.25 (stretch 0.5): $(met "$r_copy" 0.25)"
 say "  exactonce worker drain / naive tuned $r_naive   target >= 2: $(met "$r_naive" 2)"
 say "  exactonce flush / COPY               $(ratio eo_flush copy);  flush / naive tuned $(ratio eo_flush naive_tuned)"
-[ "$AGGREGATES" = 0 ] ||
+if [ "$AGGREGATES" = 1 ]; then
 	say "  worker drain, 2 measures / plain     $(ratio eo_measures eo_workers);  + min/max / plain $(ratio eo_minmax eo_workers);  + distinct / plain $(ratio eo_distinct eo_workers)"
-[ "$AGGREGATES" = 0 ] ||
 	say "  worker drain, with the feed / plain  $(ratio eo_feed eo_workers);  with a retention horizon / plain $(ratio eo_prune eo_workers)"
 	say "  worker drain, cube / plain           $(ratio eo_cube eo_workers);  accumulate, in windows / plain accumulate $(ratio eo_windows eo_readings)"
+fi
 [ -z "${R_SECS[naive_written]:-}" ] || say "  naive tuned / naive as written       $(ratio naive_tuned naive_written)"
 if [ "$PEERS" = 1 ]; then
 	say "  exactonce worker drain / trigger     $(ratio eo_workers trigger);  worker drain / PgQ enqueue + consume $(ratio eo_workers pgq)"
