@@ -38,6 +38,17 @@ SELECT pg_relation_size('q.ingest_0') + pg_relation_size('q.ingest_1') AS queue_
 SELECT count(*) AS ledger_rows FROM q.ledger;
 SELECT ingested, applied, batches FROM exactonce.pipelines WHERE name = 'q';
 
+-- a flush rolled back leaves the queue as it was: it empties partitions
+-- with its transaction, its drain and all
+INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 8, 2, 'x' FROM generate_series(1, 300) i;
+BEGIN;
+SELECT exactonce.flush('q');
+ROLLBACK;
+SELECT count(*) AS queued FROM q.ingest;
+SELECT exactonce.flush('q');
+SELECT count(*) AS queued FROM q.ingest;
+SELECT total, keys FROM q.aggregates WHERE level = 0;
+
 -- a small batch size drains in many batches, with the same result
 SET exactonce.batch_size = 7;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 10, 1, 'z' FROM generate_series(1, 100) i;

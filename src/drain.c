@@ -45,6 +45,7 @@
 #include "distributed.h"
 #include "drain.h"
 #include "event.h"
+#include "fault.h"
 #include "map.h"
 #include "progress.h"
 #include "queue.h"
@@ -522,7 +523,7 @@ DrainPipeline(Pipeline *p)
 	}
 	ReduceWithRetry(p);
 
-	QueueRetire(p, drain_rotation, rotation);
+	QueueRetire(p, drain_rotation, rotation, false);
 	ProgressRecord(p, &no_counts, 0, rotation);
 	return total;
 }
@@ -574,8 +575,9 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 			r.sealing = true;
 			return r;
 		}
-		QueueRetire(p, drain_rotation, drain_rotation);
+		QueueRetire(p, drain_rotation, drain_rotation, true);
 		ProgressRecord(p, &no_counts, 0, rotation);
+		FaultMaybeFail(FAULT_RETIRE);
 		r.worked = true;
 	}
 	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))

@@ -25,7 +25,7 @@
 
 PG_FUNCTION_INFO_V1(exactonce_faults_injected);
 
-static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce"};
+static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce", "retire"};
 
 /* exactonce.fault_<stage>: the failure probability of each stage */
 static double fault_probability[FAULT_STAGES];

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * fault.h
- *		Fault injection into the three stages.
+ *		Fault injection into the three stages and the retirement of a
+ *		drained queue partition.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,6 +15,7 @@ typedef enum FaultStage
 	FAULT_STATE,
 	FAULT_MAP,
 	FAULT_REDUCE,
+	FAULT_RETIRE,
 	FAULT_STAGES
 } FaultStage;
 

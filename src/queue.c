@@ -64,6 +64,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -621,15 +622,58 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 }
 
 /*
+ * EmptyInPlace cuts a drained partition's heap to zero pages where it
+ * stands, as VACUUM cuts off a heap's empty tail, and returns true; or
+ * returns false when the partition is not a bare heap and TRUNCATE must
+ * empty it (an index someone added, its TOAST table holding pages).  Its
+ * free space map keeps its first pages, zeroed, as after VACUUM's cut.
+ *
+ * TRUNCATE would give the partition, its TOAST table and the TOAST index
+ * new files and pg_class rows, so every rotation would create three files
+ * and leave three dead catalog rows, each with its index entries, and
+ * every session would rebuild the partition's relcache entry.  Cut in
+ * place, the cut is WAL-logged and under the AccessExclusiveLock the caller
+ * holds, but not undone if the transaction rolls back: hence only rows that
+ * every shard took in transactions committed before.  A retirement that
+ * rolls back is simply done again.  No TRUNCATE trigger fires and nothing
+ * reaches a publication, as the queue's rows are not the owner's to keep.
+ */
+static bool
+EmptyInPlace(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessExclusiveLock);
+	bool		bare;
+
+	bare = rel->rd_rel->relkind == RELKIND_RELATION && RelationGetIndexList(rel) == NIL;
+	if (bare && OidIsValid(rel->rd_rel->reltoastrelid))
+	{
+		Relation	toast = table_open(rel->rd_rel->reltoastrelid, AccessExclusiveLock);
+
+		bare = RelationGetNumberOfBlocks(toast) == 0;
+		table_close(toast, NoLock);
+	}
+	if (bare)
+	{
+		table_relation_nontransactional_truncate(rel);
+		pgstat_count_truncate(rel);
+	}
+	table_close(rel, NoLock);
+	return bare;
+}
+
+/*
  * QueueRetire retires the partitions of rotations first to last, which every
- * shard has drained, in this transaction: it truncates them, which returns
- * their space at once, and forgets the ledger tokens of the batches taken
- * from them that are applied.  No retry can stage those batches again: their
- * events are gone with the partitions.  Tokens still staged are forgotten by
- * the retirement of a later rotation.
+ * shard has drained: it empties them, which returns their space at once,
+ * and forgets the ledger tokens of the batches taken from them that are
+ * applied.  No retry can stage those batches again: their events are gone
+ * with the partitions.  Tokens still staged are forgotten by the retirement
+ * of a later rotation.  drained_before says that the drains committed before
+ * this transaction, so that a partition may be emptied in place
+ * (EmptyInPlace); otherwise, or where that cannot be, TRUNCATE empties it
+ * with this transaction.
  */
 void
-QueueRetire(Pipeline *p, int64 first, int64 last)
+QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before)
 {
 	Assert(p->progress_locked);
 	Assert(first <= last && last - first < EXACTONCE_SLOTS);
@@ -637,6 +681,8 @@ QueueRetire(Pipeline *p, int64 first, int64 last)
 	{
 		int			slotno = (int) (rotation % EXACTONCE_SLOTS);
 
+		if (drained_before && EmptyInPlace(p->slots[slotno]))
+			continue;
 		if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
 								 quote_identifier(psprintf("ingest_%d", slotno))),
 						false, 0) < 0)

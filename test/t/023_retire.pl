@@ -1,0 +1,148 @@
+# Retiring drained queue partitions.  The workers empty a drained partition
+# where it stands: its files and pg_class rows stay, rotation after
+# rotation.  Where it is not a bare heap -- its TOAST table holds pages, an
+# index was added to it -- TRUNCATE empties it, index and all.  A
+# retirement that fails after the cut rolls back and is done again, and a
+# server killed while the workers rotate loses and repeats nothing: every
+# event counts once, and the queue ends empty.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use ExactonceTest;
+
+my $db = 'postgres';
+my $node = eo_node('retire');
+eo_setup($node, $db);
+
+sub sql { return $node->safe_psql($db, shift); }
+
+# the files of both partitions and of their TOAST tables
+my $files_sql = q{
+SELECT string_agg(c.relfilenode || '/' || t.relfilenode, ' ' ORDER BY c.relname)
+FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid
+WHERE c.oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
+# the rows of both partitions and of their TOAST tables (a partition emptied
+# in place keeps the first pages of its free space map)
+my $queue_bytes_sql = q{
+SELECT sum(pg_relation_size(c.oid) + pg_relation_size(c.reltoastrelid))
+FROM pg_class c WHERE c.oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
+
+sub rotation { return sql('SELECT rotation FROM trades.progress'); }
+
+# produce batches first .. last of 500 events, each its own transaction
+# and so, with the workers keeping up, mostly its own rotation
+my $next = 1;
+
+sub produce_batches
+{
+	my ($n) = @_;
+	for (1 .. $n)
+	{
+		eo_produce($node, $db, $next, $next + 499);
+		$next += 500;
+	}
+	return;
+}
+
+# 1. bare partitions are emptied in place
+my $files = sql($files_sql);
+my $r0 = rotation();
+produce_batches(6);
+ok(eo_wait_drained($node, $db), 'drained');
+ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+	'every drained partition retired');
+cmp_ok(rotation() - $r0, '>=', 2, 'the queue rotated through both partitions');
+eo_check($node, $db, 'in place');
+is(sql($files_sql), $files, 'emptied in place: the partitions and their TOAST tables keep their files');
+is(sql($queue_bytes_sql), '0', 'the queue takes no space');
+
+# 2. TOAST pages: TRUNCATE empties the partition and its TOAST table.  The
+# events carry a wide note in a column the queue was given (with a
+# default, as more columns may be).
+sql(q{ALTER TABLE trades.ingest ADD COLUMN note text NOT NULL DEFAULT ''});
+eo_pause($node, $db);
+my $wide = $next;
+sql(qq{
+BEGIN;
+CREATE TEMP TABLE wide ON COMMIT DROP AS
+SELECT 'wide' || i AS key, 1::bigint AS version, 1.00 AS value, 'Delta' AS risk_type,
+	'AMER' AS region, 'Rates' AS trade_desk, false AS deleted,
+	(SELECT string_agg(md5(i || '/' || j), '') FROM generate_series(1, 200) j) AS note
+FROM generate_series($wide, $wide + 19) i;
+INSERT INTO truth SELECT key, version, value, risk_type, region, trade_desk, deleted FROM wide;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted, note)
+	SELECT * FROM wide;
+INSERT INTO sent VALUES (20);
+COMMIT;
+});
+is( sql(
+		q{SELECT bool_or(pg_relation_size(reltoastrelid) > 0) FROM pg_class
+		  WHERE oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)}
+	),
+	't',
+	'the events with wide values are in a TOAST table');
+eo_resume($node, $db);
+produce_batches(2);
+ok(eo_wait_drained($node, $db), 'drained');
+ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+	'every drained partition retired');
+eo_check($node, $db, 'TOAST');
+isnt(sql($files_sql), $files, 'a partition with TOAST pages was truncated: new files');
+is(sql($queue_bytes_sql), '0', 'the queue, TOAST tables included, takes no space');
+
+# 3. an index added to the partitions: TRUNCATE empties the index too
+sql('CREATE INDEX ingest_0_key ON trades.ingest_0 (key); CREATE INDEX ingest_1_key ON trades.ingest_1 (key)');
+$files = sql($files_sql);
+produce_batches(4);
+ok(eo_wait_drained($node, $db), 'drained');
+ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+	'every drained partition retired');
+eo_check($node, $db, 'indexed');
+isnt(sql($files_sql), $files, 'an indexed partition was truncated: new files');
+eo_pause($node, $db);
+produce_batches(1);
+my $range = q{SELECT string_agg(key || '/' || version, ' ' ORDER BY key, version)
+	FROM trades.ingest WHERE key BETWEEN 'k1' AND 'k2'};
+is(sql("SET enable_seqscan = off; SET enable_bitmapscan = off; $range"),
+	sql("SET enable_indexscan = off; SET enable_bitmapscan = off; $range"),
+	'the index finds the rows of the next rotation, and only those');
+eo_resume($node, $db);
+ok(eo_wait_drained($node, $db), 'drained');
+sql('DROP INDEX trades.ingest_0_key, trades.ingest_1_key');
+
+# 4. retirements that fail after the cut, and roll back
+$node->append_conf('postgresql.conf', "exactonce.fault_retire = 0.5\n");
+$node->reload;
+$files = sql($files_sql);
+produce_batches(6);
+ok(eo_wait_drained($node, $db), 'drained');
+ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+	'every drained partition retired');
+cmp_ok(sql("SELECT injected FROM exactonce.faults_injected() WHERE stage = 'retire'"),
+	'>', 0, 'retirements failed on purpose');
+eo_check($node, $db, 'failed retirements');
+is(sql($files_sql), $files, 'emptied in place');
+$node->append_conf('postgresql.conf', "exactonce.fault_retire = 0\n");
+$node->reload;
+
+# 5. the server killed while the workers drain, retire and rotate
+for my $kill (1 .. 4)
+{
+	produce_batches(3);
+	usleep(int(rand(50_000)));
+	$node->stop('immediate');
+	$node->start;
+}
+ok(eo_wait_drained($node, $db), 'drained after the kills');
+ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+	'every drained partition retired');
+eo_check($node, $db, 'killed');
+is(sql($queue_bytes_sql), '0', 'the queue takes no space');
+
+$node->stop;
+done_testing();
