@@ -20,8 +20,9 @@
 #   EXACTONCE_SOAK_EVENTS    distinct events (200000), 5 versions per trade
 #   EXACTONCE_SOAK_KILLS     SIGKILLs of a drain worker (6)
 #   EXACTONCE_SOAK_RESTARTS  immediate shutdowns (2)
-#   EXACTONCE_SOAK_FAULTS    failure probabilities of state, map and reduce
-#                            (0.05,0.05,0.05)
+#   EXACTONCE_SOAK_FAULTS    failure probabilities of state, map, reduce and
+#                            the retirement of a drained queue partition
+#                            (0.05,0.05,0.05,0.05)
 #   EXACTONCE_SOAK_CHUNK     events per COPY (10000)
 #   EXACTONCE_SOAK_BATCH     exactonce.batch_size (2000)
 # The kills and shutdowns are spread evenly over the load.  It ends with a
@@ -39,7 +40,8 @@ use ExactonceTest;
 my $events = $ENV{EXACTONCE_SOAK_EVENTS} // 200000;
 my $kills_wanted = $ENV{EXACTONCE_SOAK_KILLS} // 6;
 my $restarts_wanted = $ENV{EXACTONCE_SOAK_RESTARTS} // 2;
-my ($f_state, $f_map, $f_reduce) = split /,/, $ENV{EXACTONCE_SOAK_FAULTS} // '0.05,0.05,0.05';
+my ($f_state, $f_map, $f_reduce, $f_retire) = split /,/, $ENV{EXACTONCE_SOAK_FAULTS} // '0.05,0.05,0.05,0.05';
+$f_retire //= 0;
 my $chunk_size = $ENV{EXACTONCE_SOAK_CHUNK} // 10000;
 my $batch = $ENV{EXACTONCE_SOAK_BATCH} // 2000;
 
@@ -109,7 +111,8 @@ eo_alter_system(
 	'exactonce.batch_size' => $batch,
 	'exactonce.fault_state' => $f_state,
 	'exactonce.fault_map' => $f_map,
-	'exactonce.fault_reduce' => $f_reduce);
+	'exactonce.fault_reduce' => $f_reduce,
+	'exactonce.fault_retire' => $f_retire);
 
 # failures injected since the server (re)started: the counters live in
 # shared memory, so they are added up before each kill and shutdown
@@ -253,7 +256,8 @@ eo_alter_system(
 	'exactonce.batch_size' => undef,
 	'exactonce.fault_state' => undef,
 	'exactonce.fault_map' => undef,
-	'exactonce.fault_reduce' => undef);
+	'exactonce.fault_reduce' => undef,
+	'exactonce.fault_retire' => undef);
 
 is($node->safe_psql($db, $drained), 't', 'the queue and the staged batches are empty');
 is(eo_mismatches($node, $db), '0',

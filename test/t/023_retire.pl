@@ -34,6 +34,16 @@ FROM pg_class c WHERE c.oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::
 
 sub rotation { return sql('SELECT rotation FROM trades.progress'); }
 
+# wait until the pipeline is drained and every drained partition retired
+sub settle
+{
+	my ($what) = @_;
+	ok(eo_wait_drained($node, $db), $what // 'drained');
+	ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
+		'every drained partition retired');
+	return;
+}
+
 # produce batches first .. last of 500 events, each its own transaction
 # and so, with the workers keeping up, mostly its own rotation
 my $next = 1;
@@ -53,9 +63,7 @@ sub produce_batches
 my $files = sql($files_sql);
 my $r0 = rotation();
 produce_batches(6);
-ok(eo_wait_drained($node, $db), 'drained');
-ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
-	'every drained partition retired');
+settle();
 cmp_ok(rotation() - $r0, '>=', 2, 'the queue rotated through both partitions');
 eo_check($node, $db, 'in place');
 is(sql($files_sql), $files, 'emptied in place: the partitions and their TOAST tables keep their files');
@@ -88,9 +96,7 @@ is( sql(
 	'the events with wide values are in a TOAST table');
 eo_resume($node, $db);
 produce_batches(2);
-ok(eo_wait_drained($node, $db), 'drained');
-ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
-	'every drained partition retired');
+settle();
 eo_check($node, $db, 'TOAST');
 isnt(sql($files_sql), $files, 'a partition with TOAST pages was truncated: new files');
 is(sql($queue_bytes_sql), '0', 'the queue, TOAST tables included, takes no space');
@@ -99,9 +105,7 @@ is(sql($queue_bytes_sql), '0', 'the queue, TOAST tables included, takes no space
 sql('CREATE INDEX ingest_0_key ON trades.ingest_0 (key); CREATE INDEX ingest_1_key ON trades.ingest_1 (key)');
 $files = sql($files_sql);
 produce_batches(4);
-ok(eo_wait_drained($node, $db), 'drained');
-ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
-	'every drained partition retired');
+settle();
 eo_check($node, $db, 'indexed');
 isnt(sql($files_sql), $files, 'an indexed partition was truncated: new files');
 eo_pause($node, $db);
@@ -120,9 +124,7 @@ $node->append_conf('postgresql.conf', "exactonce.fault_retire = 0.5\n");
 $node->reload;
 $files = sql($files_sql);
 produce_batches(6);
-ok(eo_wait_drained($node, $db), 'drained');
-ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
-	'every drained partition retired');
+settle();
 cmp_ok(sql("SELECT injected FROM exactonce.faults_injected() WHERE stage = 'retire'"),
 	'>', 0, 'retirements failed on purpose');
 eo_check($node, $db, 'failed retirements');
@@ -138,9 +140,7 @@ for my $kill (1 .. 4)
 	$node->stop('immediate');
 	$node->start;
 }
-ok(eo_wait_drained($node, $db), 'drained after the kills');
-ok($node->poll_query_until($db, 'SELECT rotation = drain_rotation FROM trades.progress'),
-	'every drained partition retired');
+settle('drained after the kills');
 eo_check($node, $db, 'killed');
 is(sql($queue_bytes_sql), '0', 'the queue takes no space');
 
