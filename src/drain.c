@@ -570,7 +570,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		 * Do not wait for a reader of the partition (pg_dump, a long query)
 		 * to truncate it: try again soon, while other pipelines go on.
 		 */
-		if (!ConditionalLockRelationOid(p->slots[slotno], AccessExclusiveLock))
+		if (!QueueLockPartition(p->slots[slotno]))
 		{
 			r.sealing = true;
 			return r;

@@ -56,15 +56,22 @@
  */
 #include "postgres.h"
 
+#include "access/multixact.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_publication.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/autovacuum.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -622,38 +629,94 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 }
 
 /*
+ * QueueLockPartition takes the ACCESS EXCLUSIVE lock that retiring a
+ * partition needs, on it and on its TOAST table, without waiting: false
+ * when someone holds either (a reader, pg_dump, VACUUM).
+ */
+bool
+QueueLockPartition(Oid relid)
+{
+	Relation	rel;
+	Oid			toast;
+
+	if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		return false;
+	rel = table_open(relid, NoLock);
+	toast = rel->rd_rel->reltoastrelid;
+	table_close(rel, NoLock);
+	return !OidIsValid(toast) || ConditionalLockRelationOid(toast, AccessExclusiveLock);
+}
+
+/*
+ * Young tells whether TRUNCATE need not give rel a new relfrozenxid and
+ * relminmxid: whether they are within half of the ages at which autovacuum
+ * would force a vacuum on it.  A partition emptied in place keeps its old
+ * ones, and the queue's partitions are never autovacuumed otherwise.
+ */
+static bool
+Young(Relation rel)
+{
+	TransactionId xid_limit = ReadNextTransactionId() - autovacuum_freeze_max_age / 2;
+	MultiXactId mxid_limit = ReadNextMultiXactId() - autovacuum_multixact_freeze_max_age / 2;
+
+	if (!TransactionIdIsNormal(xid_limit))
+		xid_limit = FirstNormalTransactionId;
+	if (mxid_limit < FirstMultiXactId)
+		mxid_limit = FirstMultiXactId;
+	return !(TransactionIdIsNormal(rel->rd_rel->relfrozenxid) &&
+			 TransactionIdPrecedes(rel->rd_rel->relfrozenxid, xid_limit)) &&
+		!(MultiXactIdIsValid(rel->rd_rel->relminmxid) &&
+		  MultiXactIdPrecedes(rel->rd_rel->relminmxid, mxid_limit));
+}
+
+/*
  * EmptyInPlace cuts a drained partition's heap to zero pages where it
  * stands, as VACUUM cuts off a heap's empty tail, and returns true; or
- * returns false when the partition is not a bare heap and TRUNCATE must
- * empty it (an index someone added, its TOAST table holding pages).  Its
- * free space map keeps its first pages, zeroed, as after VACUUM's cut.
+ * returns false when TRUNCATE must empty it.
  *
  * TRUNCATE would give the partition, its TOAST table and the TOAST index
  * new files and pg_class rows, so every rotation would create three files
  * and leave three dead catalog rows, each with its index entries, and
  * every session would rebuild the partition's relcache entry.  Cut in
  * place, the cut is WAL-logged and under the AccessExclusiveLock the caller
- * holds, but not undone if the transaction rolls back: hence only rows that
- * every shard took in transactions committed before.  A retirement that
- * rolls back is simply done again.  No TRUNCATE trigger fires and nothing
- * reaches a publication, as the queue's rows are not the owner's to keep.
+ * holds (QueueLockPartition), but not undone if the transaction rolls back:
+ * hence only rows that every shard took in transactions committed before,
+ * whose commits are flushed first (they may have committed asynchronously),
+ * so that no crash can leave the rows cut and their drain lost.  A
+ * retirement that rolls back is simply done again.  Its free space map
+ * keeps its first pages, zeroed, as after VACUUM's cut.
+ *
+ * TRUNCATE still empties a partition that is not a bare heap of the heap
+ * access method (an index someone added, its TOAST table holding pages),
+ * one a publication or a TRUNCATE trigger would hear truncated, and one
+ * whose relfrozenxid or relminmxid has grown old (Young), which TRUNCATE
+ * renews.
  */
 static bool
 EmptyInPlace(Oid relid)
 {
 	Relation	rel = table_open(relid, AccessExclusiveLock);
+	PublicationDesc pubdesc;
 	bool		bare;
 
-	bare = rel->rd_rel->relkind == RELKIND_RELATION && RelationGetIndexList(rel) == NIL;
+	RelationBuildPublicationDesc(rel, &pubdesc);
+	bare = rel->rd_rel->relkind == RELKIND_RELATION &&
+		rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		RelationGetIndexList(rel) == NIL &&
+		!pubdesc.pubactions.pubtruncate &&
+		!(rel->trigdesc && (rel->trigdesc->trig_truncate_before_statement ||
+							rel->trigdesc->trig_truncate_after_statement)) &&
+		Young(rel);
 	if (bare && OidIsValid(rel->rd_rel->reltoastrelid))
 	{
 		Relation	toast = table_open(rel->rd_rel->reltoastrelid, AccessExclusiveLock);
 
-		bare = RelationGetNumberOfBlocks(toast) == 0;
+		bare = RelationGetNumberOfBlocks(toast) == 0 && Young(toast);
 		table_close(toast, NoLock);
 	}
 	if (bare)
 	{
+		XLogFlush(GetXLogInsertRecPtr());
 		table_relation_nontransactional_truncate(rel);
 		pgstat_count_truncate(rel);
 	}

@@ -1,7 +1,8 @@
 # Retiring drained queue partitions.  The workers empty a drained partition
 # where it stands: its files and pg_class rows stay, rotation after
-# rotation.  Where it is not a bare heap -- its TOAST table holds pages, an
-# index was added to it -- TRUNCATE empties it, index and all.  A
+# rotation.  TRUNCATE empties it where it is not a bare heap (its TOAST
+# table holds pages, an index was added to it), where a publication or a
+# TRUNCATE trigger must hear of it, and where its relfrozenxid grew old.  A
 # retirement that fails after the cut rolls back and is done again, and a
 # server killed while the workers rotate loses and repeats nothing: every
 # event counts once, and the queue ends empty.
@@ -119,7 +120,54 @@ eo_resume($node, $db);
 ok(eo_wait_drained($node, $db), 'drained');
 sql('DROP INDEX trades.ingest_0_key, trades.ingest_1_key');
 
-# 4. retirements that fail after the cut, and roll back
+# 4. what must hear of a truncation hears of one: a publication of the
+# queue, a TRUNCATE trigger on a partition
+sql(q{CREATE TABLE truncations (n int);
+CREATE FUNCTION count_truncation() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN INSERT INTO public.truncations VALUES (1); RETURN NULL; END $$;
+SET client_min_messages = error;
+CREATE PUBLICATION queue_pub FOR TABLE trades.ingest});
+$files = sql($files_sql);
+produce_batches(4);
+settle();
+eo_check($node, $db, 'published');
+isnt(sql($files_sql), $files, 'a published partition was truncated: new files');
+sql('DROP PUBLICATION queue_pub');
+sql(q{CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_0
+	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation();
+CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_1
+	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation()});
+produce_batches(4);
+settle();
+eo_check($node, $db, 'with TRUNCATE triggers');
+cmp_ok(sql('SELECT count(*) FROM truncations'), '>', 0, 'the TRUNCATE triggers fired');
+sql('DROP TRIGGER counted ON trades.ingest_0; DROP TRIGGER counted ON trades.ingest_1');
+
+# 5. a partition whose relfrozenxid grew old is truncated, which renews it;
+# then it is emptied in place again
+$node->append_conf('postgresql.conf', "autovacuum_freeze_max_age = 100000\n");
+$node->restart;
+$files = sql($files_sql);
+my $age_sql = q{SELECT max(age(relfrozenxid)) FROM pg_class WHERE oid IN
+	('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
+sql(q{CREATE TABLE burn (n int);
+DO $$ BEGIN
+	FOR i IN 1 .. 60000 LOOP
+		BEGIN INSERT INTO burn VALUES (i); EXCEPTION WHEN others THEN NULL; END;
+	END LOOP;
+END $$});
+cmp_ok(sql($age_sql), '>', 50000, 'the partitions are older than half autovacuum_freeze_max_age');
+produce_batches(4);
+settle();
+eo_check($node, $db, 'old relfrozenxid');
+cmp_ok(sql($age_sql), '<', 50000, 'TRUNCATE renewed their relfrozenxid');
+isnt(sql($files_sql), $files, 'new files');
+$files = sql($files_sql);
+produce_batches(4);
+settle();
+is(sql($files_sql), $files, 'emptied in place again');
+
+# 6. retirements that fail after the cut, and roll back
 $node->append_conf('postgresql.conf', "exactonce.fault_retire = 0.5\n");
 $node->reload;
 $files = sql($files_sql);
@@ -132,7 +180,7 @@ is(sql($files_sql), $files, 'emptied in place');
 $node->append_conf('postgresql.conf', "exactonce.fault_retire = 0\n");
 $node->reload;
 
-# 5. the server killed while the workers drain, retire and rotate
+# 7. the server killed while the workers drain, retire and rotate
 for my $kill (1 .. 4)
 {
 	produce_batches(3);
