@@ -62,6 +62,7 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
@@ -670,6 +671,23 @@ Young(Relation rel)
 }
 
 /*
+ * InsertedEnd is the end of the WAL inserted so far.  Where the last record
+ * ended on a page boundary, GetXLogInsertRecPtr points past the header of
+ * the next page, which is not written yet and so cannot be flushed.
+ */
+static XLogRecPtr
+InsertedEnd(void)
+{
+	XLogRecPtr	ptr = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
+		return ptr - SizeOfXLogLongPHD;
+	if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		return ptr - SizeOfXLogShortPHD;
+	return ptr;
+}
+
+/*
  * EmptyInPlace cuts a drained partition's heap to zero pages where it
  * stands, as VACUUM cuts off a heap's empty tail, and returns true; or
  * returns false when TRUNCATE must empty it.
@@ -716,7 +734,7 @@ EmptyInPlace(Oid relid)
 	}
 	if (bare)
 	{
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(InsertedEnd());
 		table_relation_nontransactional_truncate(rel);
 		pgstat_count_truncate(rel);
 	}

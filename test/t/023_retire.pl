@@ -192,5 +192,11 @@ settle('drained after the kills');
 eo_check($node, $db, 'killed');
 is(sql($queue_bytes_sql), '0', 'the queue takes no space');
 
+# nothing failed but on purpose (a failed retirement is retried after a
+# backoff, so it would pass unseen otherwise)
+my @errors = grep { !/injected failure/ } (slurp_file($node->logfile) =~ /^.*ERROR:.*$/mg);
+is(scalar(@errors), 0, 'no errors in the server log but the injected failures')
+  or diag(join("\n", @errors));
+
 $node->stop;
 done_testing();
