@@ -10,6 +10,7 @@ PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
 OBJS = \
 	src/exactonce.o \
 	src/pipeline.o \
+	src/shape.o \
 	src/statement.o \
 	src/progress.o \
 	src/event.o \
@@ -38,9 +39,7 @@ OBJS = \
 	src/distributed.o \
 	src/move.o
 
-DATA = src/$(EXTENSION)--1.0.sql src/$(EXTENSION)--1.0--1.1.sql src/$(EXTENSION)--1.1--1.2.sql \
-	src/$(EXTENSION)--1.2--1.3.sql src/$(EXTENSION)--1.3--1.4.sql \
-	src/$(EXTENSION)--1.4--1.5.sql src/$(EXTENSION)--1.5--1.6.sql
+DATA = $(wildcard src/$(EXTENSION)--*.sql)
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out

@@ -110,6 +110,9 @@ SELECT conname, convalidated FROM pg_constraint WHERE conrelid = 'old.ingest'::r
 SELECT conrelid::regclass, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ingest_slot_open' ORDER BY 1;
 SELECT adrelid::regclass, pg_get_expr(adbin, adrelid) FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
 WHERE a.attname = 'ingest_slot' ORDER BY 1;
+-- 1.7: the moves' totals are the owners', not PUBLIC's
+SELECT has_table_privilege('regress_upgrade_owner', 'exactonce.key_move', 'SELECT') AS reads_key_move,
+	has_table_privilege('regress_upgrade_owner', 'exactonce.key_moves', 'SELECT') AS reads_key_moves;
 SELECT name, ingested FROM exactonce.pipelines WHERE name = 'renamed';
 SELECT exactonce.drop_pipeline('renamed', true);
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting

@@ -86,8 +86,8 @@ INSERT INTO runs.ingest (key, version, value, runner, event_time) VALUES
 	('r1', 1, 100, 'ann', '2026-01-01 10:05+00'), ('r1', 2, 50, 'ann', '2026-01-01 10:55+00'),
 	('r2', 1, 70, 'bob', '2026-01-01 11:15+00');
 SELECT exactonce.flush('runs');
-SELECT exactonce.create_view('runs', 'hourly', ARRAY[$$date_trunc('hour', window_start::timestamptz, 'UTC') AS hour$$, 'runner']);
-SELECT hour AT TIME ZONE 'UTC' AS hour_utc, runner, total, keys FROM runs.hourly ORDER BY hour, runner;
+SELECT exactonce.create_view('runs', 'hourly', ARRAY[$$date_trunc('hour', window_start::timestamp) AS hour$$, 'runner']);
+SELECT hour AS hour_utc, runner, total, keys FROM runs.hourly ORDER BY hour, runner;
 
 -- refused
 SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY['trader'])$$);
@@ -109,6 +109,21 @@ SELECT exactonce.create_pipeline('halves', ARRAY['region', 'desk'], grouping_set
 SELECT pg_temp.err($$SELECT exactonce.create_view('halves', 'x', ARRAY['region'], $q$desk = 'd1'$q$)$$);
 SELECT pg_temp.err($$SELECT exactonce.create_view('nope', 'x', ARRAY['book'])$$);
 SELECT pg_temp.err($$SELECT exactonce.create_view('trades', NULL, ARRAY['book'])$$);
+
+-- a view's functions run as whoever reads it: only built-in immutable ones,
+-- never one that reaches a table, a file, a large object or a setting
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$query_to_xml('SELECT 1', true, true, '')::text AS q$q$])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$pg_read_file('postgresql.conf') AS f$q$])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$lo_import('/etc/passwd')::text AS l$q$])$$);
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY['desk'], $q$set_config('role', 'postgres', true) = 'x'$q$)$$);
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$current_setting('search_path') AS s$q$])$$);
+CREATE FUNCTION public.regress_plain(t text) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT t';
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$public.regress_plain(desk) AS d$q$])$$);
+CREATE DOMAIN public.regress_checked AS text CHECK (VALUE <> '');
+SELECT pg_temp.err($$SELECT exactonce.create_view('trades', 'x', ARRAY[$q$desk::public.regress_checked AS d$q$])$$);
+DROP FUNCTION public.regress_plain(text);
+DROP DOMAIN public.regress_checked;
+SELECT count(*) AS views_left FROM pg_class WHERE relnamespace = 'trades'::regnamespace AND relname = 'x';
 
 -- only the pipeline's owner makes its views, and they are the owner's
 CREATE ROLE regress_view_other;

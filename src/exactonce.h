@@ -46,6 +46,8 @@
 #define ERRCODE_EXACTONCE_WAIT_TIMEOUT	MAKE_SQLSTATE('E','O','0','0','3')
 /* a node's queue refused a key that moved to another node */
 #define ERRCODE_EXACTONCE_KEY_MOVED	MAKE_SQLSTATE('E','O','0','0','4')
+/* a column of a pipeline's table no longer has the type exactonce made */
+#define ERRCODE_EXACTONCE_ALTERED	MAKE_SQLSTATE('E','O','0','0','5')
 
 /*
  * TextCmp orders text by bytes, then length, as collation "C" does.

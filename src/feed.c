@@ -22,9 +22,10 @@
  * pipeline's name, at its commit.
  *
  * Rights: set_feed() is for the owner; feed_read() needs SELECT on the
- * feed.  The positions table belongs to the extension's owner and grants
- * nothing to PUBLIC; a consumer's row is written as the table's owner once
- * the caller's rights are checked.
+ * feed, and reads it as the pipeline's owner.  The positions table belongs
+ * to the extension's owner and grants nothing to PUBLIC; a consumer's row
+ * is written as the table's owner once the caller's rights are checked,
+ * and belongs to the role that made it (LockPosition).
  *
  *-------------------------------------------------------------------------
  */
@@ -235,23 +236,27 @@ exactonce_set_feed(PG_FUNCTION_ARGS)
 
 /* the statements on exactonce.feed_position, as its owner */
 static const char *const position_lock =
-"SELECT position FROM exactonce.feed_position WHERE pipeline_id = $1 AND consumer = $2 FOR UPDATE";
+"SELECT position, owner FROM exactonce.feed_position WHERE pipeline_id = $1 AND consumer = $2 FOR UPDATE";
 static const char *const position_create =
-"INSERT INTO exactonce.feed_position (pipeline_id, consumer) VALUES ($1, $2)"
+"INSERT INTO exactonce.feed_position (pipeline_id, consumer, owner) VALUES ($1, $2, $3)"
 " ON CONFLICT (pipeline_id, consumer) DO NOTHING";
 static const char *const position_set =
 "UPDATE exactonce.feed_position SET position = $3, changes = changes + $4, updated_at = now()"
 " WHERE pipeline_id = $1 AND consumer = $2";
 
 /*
- * LockPosition locks a consumer's row, made on first use, and returns its
- * committed position.
+ * LockPosition locks a consumer's row, made on first use as the caller's,
+ * and returns its committed position.  A position belongs to the role that
+ * made it: only that role, a member of it or the pipeline's owner may read
+ * from it, and so move it; anyone else would make the consumer skip the
+ * changes it read.
  */
 static int64
 LockPosition(Oid table_owner, Pipeline *p, text *consumer)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2] = {Int32GetDatum(p->id), PointerGetDatum(consumer)};
+	Oid			types[3] = {INT4OID, TEXTOID, REGROLEOID};
+	Datum		values[3] = {Int32GetDatum(p->id), PointerGetDatum(consumer),
+	ObjectIdGetDatum(GetUserId())};
 	bool		isnull;
 
 	for (int attempt = 0; attempt < 2; attempt++)
@@ -259,8 +264,22 @@ LockPosition(Oid table_owner, Pipeline *p, text *consumer)
 		StatementExecAs(table_owner, StatementPrepareFixed(position_lock, 2, types),
 						values, NULL, false, -1);
 		if (SPI_processed == 1)
-			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		StatementExecAs(table_owner, StatementPrepareFixed(position_create, 2, types),
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			int64		position = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+			Oid			owner = DatumGetObjectId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
+
+			if (!has_privs_of_role(GetUserId(), owner) && !has_privs_of_role(GetUserId(), p->owner))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("consumer \"%s\" of the feed of pipeline \"%s\" belongs to another role",
+								text_to_cstring(consumer), p->name),
+						 errdetail("A consumer's position is read and moved only by the role that made it (%s) or the pipeline's owner.",
+								   GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "a dropped role"),
+						 errhint("Read the feed under a consumer name of your own.")));
+			return position;
+		}
+		StatementExecAs(table_owner, StatementPrepareFixed(position_create, 3, types),
 						values, NULL, false, -1);
 	}
 	elog(ERROR, "could not find the position of consumer \"%s\"", text_to_cstring(consumer));
@@ -324,7 +343,11 @@ exactonce_feed_read(PG_FUNCTION_ARGS)
 	table_owner = StatementTableOwner("feed_position");
 	position = LockPosition(table_owner, p, consumer);
 
-	/* the changes, read as the caller, who may read the feed */
+	/*
+	 * The changes, read as the pipeline's owner (the caller may read the
+	 * feed: checked), so that what the owner planted on the feed, a cast or
+	 * an operator, never runs with the caller's rights.
+	 */
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "SELECT seq, level, ARRAY[");
 	for (int i = 0; i < p->ndims; i++)
@@ -334,8 +357,10 @@ exactonce_feed_read(PG_FUNCTION_ARGS)
 					 quote_identifier(p->name));
 	values[0] = Int64GetDatum(position);
 	values[1] = Int32GetDatum(max);
+	PipelineActAsOwner(p);
 	if (SPI_execute_with_args(sql.data, 2, types, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the feed of pipeline \"%s\"", p->name);
+	PipelineActAsCaller(p);
 	last = position;
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{

@@ -44,6 +44,7 @@
 #include "distributed.h"
 #include "pipeline.h"
 #include "progress.h"
+#include "shape.h"
 #include "statement.h"
 #include "worker.h"
 
@@ -982,10 +983,11 @@ CheckOwnership(Pipeline *p)
 }
 
 /*
- * PipelineFill completes a Pipeline from its registry row.
+ * PipelineFill completes a Pipeline from its registry row, and locks and
+ * checks the tables that tables names (SHAPE_*).
  */
 static Pipeline *
-PipelineFill(HeapTuple tup, TupleDesc desc)
+PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 {
 	Pipeline   *p = palloc0(sizeof(Pipeline));
 	bool		isnull;
@@ -1088,6 +1090,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc)
 				 errmsg("relations of pipeline \"%s\" are missing", p->name),
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
+	ShapeCheck(p, tables);
 	CheckOwnership(p);
 	CheckNotCitus(p);
 	return p;
@@ -1118,7 +1121,7 @@ PipelineLoad(const char *name, bool for_owner)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("pipeline \"%s\" does not exist", name),
 				 errhint("The view exactonce.pipelines lists the pipelines; exactonce.create_pipeline() creates one.")));
-	p = PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	p = PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SHAPE_ALL);
 	if (for_owner && !has_privs_of_role(GetUserId(), p->owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -1161,10 +1164,11 @@ PipelineActAsCaller(Pipeline *p)
 }
 
 /*
- * PipelineLoadById looks a pipeline up by id; NULL if it is gone.
+ * PipelineLoadById looks a pipeline up by id, locking and checking the
+ * tables that tables names; NULL if it is gone.
  */
 Pipeline *
-PipelineLoadById(int32 id)
+PipelineLoadById(int32 id, uint32 tables)
 {
 	static const Oid types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(id)};
@@ -1177,7 +1181,7 @@ PipelineLoadById(int32 id)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed == 0)
 		return NULL;
-	return PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	return PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, tables);
 }
 
 /*

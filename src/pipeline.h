@@ -76,7 +76,7 @@ typedef struct Pipeline
 } Pipeline;
 
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
-extern Pipeline *PipelineLoadById(int32 id);
+extern Pipeline *PipelineLoadById(int32 id, uint32 tables);
 extern void PipelineActAsOwner(Pipeline *p);
 extern void PipelineActAsCaller(Pipeline *p);
 extern List *PipelineListIds(List **shards);

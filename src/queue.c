@@ -67,6 +67,7 @@
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_publication.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -85,6 +86,7 @@
 
 #include "ledger.h"
 #include "queue.h"
+#include "shape.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
@@ -117,6 +119,9 @@ ReadRotation(Oid progress)
 	int64		rotation;
 	bool		isnull;
 
+	/* locked: the column keeps this type while it is read */
+	ShapeCheckColumn(progress, get_namespace_name(get_rel_namespace(progress)), "progress",
+					 "rotation", INT8OID);
 	if (!table_scan_getnextslot(scan, ForwardScanDirection, slot))
 		elog(ERROR, "progress row of queue is missing");
 	rotation = DatumGetInt64(slot_getattr(slot, attnum, &isnull));

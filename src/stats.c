@@ -32,6 +32,7 @@
 #include "pipeline.h"
 #include "progress.h"
 #include "queue.h"
+#include "shape.h"
 #include "shmem.h"
 #include "statement.h"
 #include "worker.h"
@@ -157,7 +158,7 @@ static void
 ReadProgress(void *arg)
 {
 	ProgressView *pr = arg;
-	Pipeline   *p = PipelineLoadById(pr->id);
+	Pipeline   *p = PipelineLoadById(pr->id, SHAPE_MONITOR);
 	const char *s;
 	HeapTuple	tup;
 	TupleDesc	desc;

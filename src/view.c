@@ -16,12 +16,20 @@
  * The keys and the filter are the caller's SQL, which runs as the
  * pipeline's owner whenever the view is read; the caller has the owner's
  * privileges already (PipelineLoad), and each piece must parse on its own
- * as one expression, so that it cannot reach beyond its place.
+ * as one expression, so that it cannot reach beyond its place.  The
+ * functions a view calls run as whoever reads it, so the view may call
+ * only built-in immutable functions, which reach no table, file or
+ * setting (CheckViewFunctions): a key such as query_to_xml(...) would run
+ * the owner's SQL with a superuser's rights when a superuser reads it.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -30,7 +38,10 @@
 #include "port/pg_bitutils.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "rewrite/rewriteHandler.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "pipeline.h"
 #include "statement.h"
@@ -215,6 +226,107 @@ AddMerged(StringInfo sql, ViewKey *keys, int nkeys, const char *fn, const char *
 			  name);
 }
 
+/* the function CheckViewFunctions refused */
+typedef struct ViewWalk
+{
+	Oid			func;
+	bool		domain;
+} ViewWalk;
+
+/*
+ * FunctionIsInternal tells whether a function is built into the server (no
+ * SQL, PL or loaded code of anyone's), and if immutable is set, immutable.
+ */
+static bool
+FunctionIsInternal(Oid func, bool immutable)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(func));
+	bool		ok;
+
+	if (!HeapTupleIsValid(tup))
+		return false;
+	ok = ((Form_pg_proc) GETSTRUCT(tup))->prolang == INTERNALlanguageId &&
+		(!immutable || ((Form_pg_proc) GETSTRUCT(tup))->provolatile == PROVOLATILE_IMMUTABLE);
+	ReleaseSysCache(tup);
+	return ok;
+}
+
+/*
+ * UnsafeFunction is check_functions_in_node's test: true for a function a
+ * view may not call, remembered in the walk.
+ */
+static bool
+UnsafeFunction(Oid func, void *context)
+{
+	if (FunctionIsInternal(func, true))
+		return false;
+	((ViewWalk *) context)->func = func;
+	return true;
+}
+
+/*
+ * ViewFunctions walks a view's query and stops at the first function it may
+ * not call.  A cast through text calls the types' input and output
+ * functions, built-in ones of which read no table even when stable (as
+ * timestamptz's are); a cast to a domain runs the domain's checks, which
+ * may call anything.
+ */
+static bool
+ViewFunctions(Node *node, ViewWalk *w)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, ViewFunctions, (void *) w, 0);
+	if (IsA(node, CoerceToDomain))
+	{
+		w->domain = true;
+		return true;
+	}
+	if (IsA(node, CoerceViaIO))
+	{
+		CoerceViaIO *io = (CoerceViaIO *) node;
+		Oid			in,
+					out,
+					ioparam;
+		bool		varlena;
+
+		getTypeInputInfo(io->resulttype, &in, &ioparam);
+		getTypeOutputInfo(exprType((Node *) io->arg), &out, &varlena);
+		if (!FunctionIsInternal(in, false))
+			w->func = in;
+		else if (!FunctionIsInternal(out, false))
+			w->func = out;
+		if (OidIsValid(w->func))
+			return true;
+	}
+	else if (check_functions_in_node(node, UnsafeFunction, (void *) w))
+		return true;
+	return expression_tree_walker(node, ViewFunctions, (void *) w);
+}
+
+/*
+ * CheckViewFunctions refuses a view, just created, that calls a function
+ * other than a built-in immutable one, or casts to a domain.
+ */
+static void
+CheckViewFunctions(Pipeline *p, const char *name)
+{
+	Relation	rel = relation_open(get_relname_relid(name, p->nspid), AccessShareLock);
+	ViewWalk	w = {InvalidOid, false};
+
+	if (ViewFunctions((Node *) get_view_query(rel), &w))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 w.domain ?
+				 errmsg("view \"%s\" of pipeline \"%s\" casts to a domain", name, p->name) :
+				 errmsg("view \"%s\" of pipeline \"%s\" calls function %s", name, p->name,
+						format_procedure(w.func)),
+				 errdetail("The functions of a view run as whoever reads it; its keys and filter may call only built-in immutable functions, which reach no table, file or setting."),
+				 errhint("Write the key or filter with built-in immutable functions and operators, such as lower(), substr() or CASE.")));
+	relation_close(rel, AccessShareLock);
+}
+
 /*
  * BuildView returns the statements that create the view and describe it.
  */
@@ -367,6 +479,7 @@ exactonce_create_view(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 	if (SPI_execute(BuildView(p, name, keys, nkeys, filter, base, merges), false, 0) < 0)
 		elog(ERROR, "could not create view \"%s\" of pipeline \"%s\"", name, p->name);
+	CheckViewFunctions(p, name);
 	if (merges && p->ndistinct > 0)
 		ereport(NOTICE,
 				(errmsg("view \"%s\" has no distinct counts", name),

@@ -63,6 +63,7 @@
 
 #include "drain.h"
 #include "pipeline.h"
+#include "shape.h"
 #include "shmem.h"
 #include "statement.h"
 #include "worker.h"
@@ -584,7 +585,7 @@ StepPipeline(DrainUnit *u, SealState **seal)
 
 	/* the extension or the pipeline may have gone since the round began */
 	if (OidIsValid(get_extension_oid("exactonce", true)))
-		p = PipelineLoadById(u->id);
+		p = PipelineLoadById(u->id, SHAPE_ALL);
 	if (p != NULL && u->shard < p->nshards)
 	{
 		sc.name = p->name;

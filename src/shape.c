@@ -1,0 +1,344 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape.c
+ *		The columns of a pipeline's tables are what exactonce made.
+ *
+ * The stages read and write a pipeline's tables as the types they created:
+ * a numeric read from a column its owner altered to bigint would be a
+ * pointer made of an integer, a crash of the server or garbage in the
+ * aggregates.  So every load of a pipeline (PipelineFill, the one door of
+ * functions, workers and the monitoring view alike) locks the tables it
+ * will touch and checks that each column the C code touches still has the
+ * type the extension created, before any statement runs on them.  The lock
+ * (ACCESS SHARE, which an ALTER TABLE must wait for) keeps the checked
+ * shape until the transaction ends; taking it also reads the invalidations
+ * sent since, so the check sees the catalog as it is.
+ *
+ * A table that passed is remembered by OID in a backend-local hash table,
+ * and forgotten by a relcache callback as soon as anything about it
+ * changes: the check costs a hash probe per table while nothing changes.
+ * This holds with or without the library preloaded.  A column the owner
+ * dropped is not reported here: the statement that names it fails with
+ * PostgreSQL's own error.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_attribute.h"
+#include "catalog/pg_type.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+#include "shape.h"
+
+#define SHAPE_MAX_COLUMNS \
+	(32 + 2 * EXACTONCE_MAX_DIMENSIONS + 6 * EXACTONCE_MAX_MEASURES + 2 * EXACTONCE_MAX_DISTINCT)
+
+/* a column the C code touches, and the type it has there */
+typedef struct ShapeColumn
+{
+	const char *name;
+	Oid			type;
+} ShapeColumn;
+
+/* the columns of one table of a pipeline */
+typedef struct ShapeTable
+{
+	const char *table;
+	int			n;
+	ShapeColumn cols[SHAPE_MAX_COLUMNS];
+} ShapeTable;
+
+/* tables found to have their shape, by OID */
+static HTAB *shape_checked = NULL;
+
+/*
+ * ShapeInvalidate forgets a table that changed, or every table.
+ */
+static void
+ShapeInvalidate(Datum arg, Oid relid)
+{
+	if (shape_checked == NULL)
+		return;
+	if (!OidIsValid(relid))
+	{
+		HASH_SEQ_STATUS seq;
+		Oid		   *entry;
+
+		hash_seq_init(&seq, shape_checked);
+		while ((entry = hash_seq_search(&seq)) != NULL)
+			(void) hash_search(shape_checked, entry, HASH_REMOVE, NULL);
+		return;
+	}
+	(void) hash_search(shape_checked, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * ShapeAdd adds a column to a table's list.
+ */
+static void
+ShapeAdd(ShapeTable *t, const char *name, Oid type)
+{
+	Assert(t->n < SHAPE_MAX_COLUMNS);
+	t->cols[t->n].name = name;
+	t->cols[t->n++].type = type;
+}
+
+/*
+ * ShapeAddNames adds n columns of one type, named name[i] plus suffix.
+ */
+static void
+ShapeAddNames(ShapeTable *t, char **names, int n, const char *suffix, Oid type)
+{
+	for (int i = 0; i < n; i++)
+		ShapeAdd(t, suffix ? psprintf("%s%s", names[i], suffix) : names[i], type);
+}
+
+/*
+ * ShapeAddEvent adds the columns of an event as the queue and dead_letters
+ * hold them.
+ */
+static void
+ShapeAddEvent(ShapeTable *t, Pipeline *p)
+{
+	ShapeAdd(t, "key", TEXTOID);
+	ShapeAdd(t, "version", INT8OID);
+	ShapeAdd(t, "value", NUMERICOID);
+	ShapeAddNames(t, p->dims + PIPELINE_FIRST_INPUT_DIM(p),
+				  p->ndims - PIPELINE_FIRST_INPUT_DIM(p), NULL, TEXTOID);
+	ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID);
+	ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID);
+	ShapeAdd(t, "deleted", BOOLOID);
+	ShapeAdd(t, "event_time", TIMESTAMPTZOID);
+}
+
+/*
+ * ShapeOf fills in the columns table has in pipeline p.
+ */
+static void
+ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
+{
+	t->table = table;
+	t->n = 0;
+	if (strcmp(table, "progress") == 0)
+	{
+		static const char *const counters[] = {"rotation", "drain_rotation", "ingested", "applied",
+		"duplicates", "stale", "dead_lettered", "batches"};
+
+		for (int i = 0; i < lengthof(counters); i++)
+			ShapeAdd(t, counters[i], INT8OID);
+		ShapeAdd(t, "paused", BOOLOID);
+		ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
+		ShapeAdd(t, "watermark", TIMESTAMPTZOID);
+	}
+	else if (strcmp(table, "shard") == 0)
+	{
+		static const char *const positions[] = {"drain_rotation", "drain_position", "taken",
+		"drain_row", "drain_count", "drain_digest"};
+
+		ShapeAdd(t, "shard", INT4OID);
+		for (int i = 0; i < lengthof(positions); i++)
+			ShapeAdd(t, positions[i], INT8OID);
+	}
+	else if (strcmp(table, "ingest") == 0)
+	{
+		ShapeAddEvent(t, p);
+		ShapeAdd(t, "ingest_slot", INT4OID);
+		ShapeAdd(t, "ingest_id", INT8OID);
+	}
+	else if (strcmp(table, "dead_letters") == 0)
+	{
+		ShapeAddEvent(t, p);
+		ShapeAdd(t, "reason", TEXTOID);
+		ShapeAdd(t, "failed_at", TIMESTAMPTZOID);
+	}
+	else if (strcmp(table, "state") == 0 && p->mode == PIPELINE_LATEST)
+	{
+		ShapeAdd(t, "key", TEXTOID);
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
+		ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID);
+		ShapeAdd(t, "deleted", BOOLOID);
+		ShapeAdd(t, "version", INT8OID);
+		ShapeAdd(t, "value", NUMERICOID);
+		ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+	}
+	else if (strcmp(table, "state") == 0)
+	{
+		ShapeAdd(t, "key", TEXTOID);
+		ShapeAdd(t, "first_event_time", TIMESTAMPTZOID);
+		ShapeAdd(t, "version", INT8OID);
+		ShapeAdd(t, "total", NUMERICOID);
+		ShapeAdd(t, "events", INT8OID);
+		ShapeAdd(t, "last_event_time", TIMESTAMPTZOID);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+	}
+	else if (strcmp(table, "seen") == 0)
+	{
+		ShapeAdd(t, "key", TEXTOID);
+		ShapeAdd(t, "version", INT8OID);
+		ShapeAdd(t, "digest", INT8OID);
+	}
+	else if (strcmp(table, "aggregates") == 0)
+	{
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
+		ShapeAdd(t, "level", INT4OID);
+		ShapeAdd(t, "total", NUMERICOID);
+		ShapeAdd(t, "keys", INT8OID);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_sum", NUMERICOID);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_count", INT8OID);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_avg", NUMERICOID);
+		for (int slot = 0; slot <= p->nmeasures; slot++)
+			if (p->min_max[slot])
+			{
+				ShapeAdd(t, psprintf("%s_min", PipelineExtremumName(p, slot)), NUMERICOID);
+				ShapeAdd(t, psprintf("%s_max", PipelineExtremumName(p, slot)), NUMERICOID);
+			}
+		ShapeAddNames(t, p->distincts, p->ndistinct, "_distinct", INT8OID);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+	}
+	else if (strcmp(table, "ledger") == 0)
+	{
+		static const struct
+		{
+			const char *name;
+			Oid			type;
+		}			ledger[] = {
+			{"token", BYTEAOID}, {"source", TEXTOID}, {"position", INT8OID},
+			{"staged_at", TIMESTAMPTZOID}, {"applied_at", TIMESTAMPTZOID},
+			{"deltas", INT4OID}, {"levels", INT4ARRAYOID}, {"cells", TEXTARRAYOID},
+			{"totals", NUMERICARRAYOID}, {"keys", INT8ARRAYOID},
+			{"measure_sums", NUMERICARRAYOID}, {"measure_counts", INT8ARRAYOID},
+			{"extrema", NUMERICARRAYOID}, {"member_cells", TEXTARRAYOID},
+			{"member_columns", INT4ARRAYOID}, {"member_values", TEXTARRAYOID},
+			{"member_counts", INT8ARRAYOID},
+		};
+
+		for (int i = 0; i < lengthof(ledger); i++)
+			ShapeAdd(t, ledger[i].name, ledger[i].type);
+	}
+	else if (strcmp(table, "distincts") == 0)
+	{
+		ShapeAdd(t, "cell", TEXTARRAYOID);
+		ShapeAdd(t, "col", TEXTOID);
+		ShapeAdd(t, "value", TEXTOID);
+		ShapeAdd(t, "n", INT8OID);
+	}
+	else if (strcmp(table, "feed") == 0)
+	{
+		ShapeAdd(t, "seq", INT8OID);
+		ShapeAdd(t, "level", INT4OID);
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
+		ShapeAdd(t, "old_total", NUMERICOID);
+		ShapeAdd(t, "new_total", NUMERICOID);
+		ShapeAdd(t, "old_keys", INT8OID);
+		ShapeAdd(t, "new_keys", INT8OID);
+		ShapeAdd(t, "changed_at", TIMESTAMPTZOID);
+	}
+	else
+		elog(ERROR, "exactonce has no table \"%s\"", table);
+}
+
+/*
+ * ShapeRefuse reports a column whose type is not the one exactonce made.
+ */
+static void
+ShapeRefuse(const char *pipeline, const char *table, const char *column, Oid found, Oid type)
+{
+	const char *s = quote_identifier(pipeline);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ALTERED),
+			 errmsg("column \"%s\" of table \"%s.%s\" has type %s, not %s",
+					column, pipeline, table, format_type_be(found), format_type_be(type)),
+			 errdetail("exactonce reads and writes this column of pipeline \"%s\" as %s; it refuses to touch the table while its type differs.",
+					   pipeline, format_type_be(type)),
+			 errhint("Change it back with ALTER TABLE %s.%s ALTER COLUMN %s TYPE %s, or drop the pipeline and create it again.",
+					 s, quote_identifier(table), quote_identifier(column), format_type_be(type))));
+}
+
+/*
+ * ShapeCheckColumn checks the type of one column of a table of pipeline
+ * pipeline, if the column is there.
+ */
+void
+ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char *column, Oid type)
+{
+	HeapTuple	tup = SearchSysCacheAttName(relid, column);
+	Oid			found;
+
+	if (!HeapTupleIsValid(tup))
+		return;
+	found = ((Form_pg_attribute) GETSTRUCT(tup))->atttypid;
+	ReleaseSysCache(tup);
+	if (found != type)
+		ShapeRefuse(pipeline, table, column, found, type);
+}
+
+/*
+ * ShapeCheckTable locks a table of a pipeline and, unless it passed since
+ * it last changed, checks the type of every column exactonce touches.
+ */
+static void
+ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
+{
+	ShapeTable *t;
+	bool		found;
+
+	if (!OidIsValid(relid))
+		return;
+	LockRelationOid(relid, AccessShareLock);
+	if (shape_checked == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(Oid),.entrysize = sizeof(Oid),.hcxt = CacheMemoryContext};
+
+		shape_checked = hash_create("exactonce checked tables", 64, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterRelcacheCallback(ShapeInvalidate, (Datum) 0);
+	}
+	if (hash_search(shape_checked, &relid, HASH_FIND, NULL) != NULL)
+		return;
+
+	t = palloc(sizeof(ShapeTable));
+	ShapeOf(p, table, t);
+	for (int i = 0; i < t->n; i++)
+		ShapeCheckColumn(relid, p->name, table, t->cols[i].name, t->cols[i].type);
+	pfree(t);
+	(void) hash_search(shape_checked, &relid, HASH_ENTER, &found);
+}
+
+/*
+ * ShapeCheck locks the tables of a pipeline that tables names (SHAPE_*
+ * bits) and checks their columns' types, as above.
+ */
+void
+ShapeCheck(Pipeline *p, uint32 tables)
+{
+	if (tables & SHAPE_PROGRESS)
+		ShapeCheckTable(p, p->progress, "progress");
+	if (tables & SHAPE_SHARD)
+		ShapeCheckTable(p, p->shard, "shard");
+	if (tables & SHAPE_INGEST)
+		ShapeCheckTable(p, p->ingest, "ingest");
+	if (tables & SHAPE_LEDGER)
+		ShapeCheckTable(p, get_relname_relid("ledger", p->nspid), "ledger");
+	if ((tables & SHAPE_FEED) && p->feed)
+		ShapeCheckTable(p, get_relname_relid("feed", p->nspid), "feed");
+	if (tables & SHAPE_DATA)
+	{
+		ShapeCheckTable(p, p->state, "state");
+		if (p->mode == PIPELINE_ACCUMULATE)
+			ShapeCheckTable(p, p->seen, "seen");
+		ShapeCheckTable(p, get_relname_relid("aggregates", p->nspid), "aggregates");
+		ShapeCheckTable(p, get_relname_relid("dead_letters", p->nspid), "dead_letters");
+		if (p->ndistinct > 0)
+			ShapeCheckTable(p, p->distinct_values, "distincts");
+	}
+}
