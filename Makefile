@@ -37,7 +37,8 @@ OBJS = \
 	src/feed.o \
 	src/retention.o \
 	src/distributed.o \
-	src/move.o
+	src/move.o \
+	src/utility.o
 
 DATA = $(wildcard src/$(EXTENSION)--*.sql)
 

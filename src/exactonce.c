@@ -22,6 +22,7 @@
 #include "drain.h"
 #include "fault.h"
 #include "shmem.h"
+#include "utility.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;
@@ -37,6 +38,7 @@ _PG_init(void)
 {
 	DrainInit();
 	FaultInit();
+	UtilityInit();
 	WorkerInit();
 	MarkGUCPrefixReserved("exactonce");
 	if (process_shared_preload_libraries_in_progress)

@@ -983,11 +983,10 @@ CheckOwnership(Pipeline *p)
 }
 
 /*
- * PipelineFill completes a Pipeline from its registry row, and locks and
- * checks the tables that tables names (SHAPE_*).
+ * PipelineDefinition reads a pipeline's definition from its registry row.
  */
 static Pipeline *
-PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
+PipelineDefinition(HeapTuple tup, TupleDesc desc)
 {
 	Pipeline   *p = palloc0(sizeof(Pipeline));
 	bool		isnull;
@@ -1054,6 +1053,17 @@ PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 	p->feed_notify = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 	p->horizon = DatumGetInt64(SPI_getbinval(tup, desc, 15, &isnull));
 	p->has_horizon = !isnull;
+	return p;
+}
+
+/*
+ * PipelineFill completes a Pipeline from its registry row, and locks and
+ * checks the tables that tables names (SHAPE_*).
+ */
+static Pipeline *
+PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
+{
+	Pipeline   *p = PipelineDefinition(tup, desc);
 
 	p->nspid = get_namespace_oid(p->name, true);
 	if (!OidIsValid(p->nspid))
@@ -1130,6 +1140,26 @@ PipelineLoad(const char *name, bool for_owner)
 						   GetUserNameFromId(p->owner, false)),
 				 errhint("Run this as the pipeline's owner or as a member of the owning role.")));
 	return p;
+}
+
+/*
+ * PipelineLoadDefinition returns the definition of the pipeline of a name,
+ * without its relations, or NULL if there is none (SPI must be connected).
+ */
+Pipeline *
+PipelineLoadDefinition(const char *name)
+{
+	static const Oid types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	if (SPI_execute_plan(StatementPrepareFixed("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+											   " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+											   1, types),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed == 0)
+		return NULL;
+	return PipelineDefinition(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 }
 
 /*

@@ -77,6 +77,7 @@ typedef struct Pipeline
 
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadById(int32 id, uint32 tables);
+extern Pipeline *PipelineLoadDefinition(const char *name);
 extern void PipelineActAsOwner(Pipeline *p);
 extern void PipelineActAsCaller(Pipeline *p);
 extern List *PipelineListIds(List **shards);

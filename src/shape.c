@@ -120,9 +120,10 @@ ShapeAddEvent(ShapeTable *t, Pipeline *p)
 }
 
 /*
- * ShapeOf fills in the columns table has in pipeline p.
+ * ShapeOf fills in the columns table has in pipeline p; false if exactonce
+ * makes no table of that name.
  */
-static void
+static bool
 ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 {
 	t->table = table;
@@ -243,7 +244,26 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 		ShapeAdd(t, "changed_at", TIMESTAMPTZOID);
 	}
 	else
-		elog(ERROR, "exactonce has no table \"%s\"", table);
+		return false;
+	return true;
+}
+
+/*
+ * ShapeColumnType returns the type exactonce reads and writes column of
+ * table of pipeline p as, or InvalidOid if it touches no such column.
+ */
+Oid
+ShapeColumnType(Pipeline *p, const char *table, const char *column)
+{
+	ShapeTable *t = palloc(sizeof(ShapeTable));
+	Oid			type = InvalidOid;
+
+	if (ShapeOf(p, table, t))
+		for (int i = 0; i < t->n && !OidIsValid(type); i++)
+			if (strcmp(t->cols[i].name, column) == 0)
+				type = t->cols[i].type;
+	pfree(t);
+	return type;
 }
 
 /*
@@ -307,7 +327,8 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 		return;
 
 	t = palloc(sizeof(ShapeTable));
-	ShapeOf(p, table, t);
+	if (!ShapeOf(p, table, t))
+		elog(ERROR, "exactonce has no table \"%s\"", table);
 	for (int i = 0; i < t->n; i++)
 		ShapeCheckColumn(relid, p->name, table, t->cols[i].name, t->cols[i].type);
 	pfree(t);

@@ -22,6 +22,7 @@
 #define SHAPE_ALL		0x3f
 
 extern void ShapeCheck(Pipeline *p, uint32 tables);
+extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
 							 const char *column, Oid type);
 

@@ -1,0 +1,148 @@
+/*-------------------------------------------------------------------------
+ *
+ * utility.c
+ *		Refusing ALTER TABLE of the columns exactonce reads and writes.
+ *
+ * shape.c makes every path to a pipeline's tables refuse a column whose
+ * type its owner changed; that holds whether or not the library is
+ * preloaded.  Preloaded, the library also refuses the change itself, as
+ * TimescaleDB guards its chunks: ALTER TABLE ... ALTER COLUMN ... TYPE to
+ * another type than exactonce made, or DROP COLUMN, on a column of a
+ * pipeline's table that the C code touches, is an error (EO005) before
+ * anything is altered.  Changing a column back to its own type is allowed,
+ * so that a pipeline altered without the preload can be repaired with it.
+ * Columns of the owner's own, and every other ALTER TABLE, go through.
+ * The extension's own scripts are not checked; a superuser may set
+ * exactonce.guard_columns off for a session.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "parser/parse_type.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+
+#include "pipeline.h"
+#include "shape.h"
+#include "statement.h"
+#include "utility.h"
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+static bool exactonce_guard_columns = true;
+
+/*
+ * UtilityRefuse reports an ALTER TABLE of a column exactonce touches.
+ */
+static void
+UtilityRefuse(Pipeline *p, const char *table, const char *column, Oid type, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ALTERED),
+			 errmsg("cannot %s column \"%s\" of table \"%s.%s\"", what, column, p->name, table),
+			 errdetail("exactonce reads and writes this column of pipeline \"%s\" as %s.",
+					   p->name, format_type_be(type)),
+			 errhint("Leave the columns exactonce made as they are; add columns of your own beside them.")));
+}
+
+/*
+ * UtilityCheckAlterTable refuses an ALTER TABLE that changes the type of a
+ * column exactonce touches, or drops it.
+ */
+static void
+UtilityCheckAlterTable(AlterTableStmt *stmt)
+{
+	ListCell   *lc;
+	bool		touches = false;
+	Oid			relid;
+	const char *table;
+	Pipeline   *p;
+	int			nestlevel;
+
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+
+		touches |= cmd->subtype == AT_AlterColumnType || cmd->subtype == AT_DropColumn;
+	}
+	if (!touches || stmt->objtype != OBJECT_TABLE ||
+		!OidIsValid(get_extension_oid("exactonce", true)))
+		return;
+	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+	if (!OidIsValid(relid))
+		return;
+
+	table = get_rel_name(relid);
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoadDefinition(get_namespace_name(get_rel_namespace(relid)));
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+		Oid			type = p != NULL && cmd->name != NULL ?
+			ShapeColumnType(p, table, cmd->name) : InvalidOid;
+
+		if (!OidIsValid(type))
+			continue;
+		if (cmd->subtype == AT_DropColumn)
+			UtilityRefuse(p, table, cmd->name, type, "drop");
+		if (cmd->subtype == AT_AlterColumnType)
+		{
+			Oid			newtype;
+			int32		typmod;
+
+			typenameTypeIdAndMod(NULL, castNode(ColumnDef, cmd->def)->typeName, &newtype, &typmod);
+			if (newtype != type)
+				UtilityRefuse(p, table, cmd->name, type, "alter the type of");
+		}
+	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+}
+
+/*
+ * UtilityProcess is the ProcessUtility hook.
+ */
+static void
+UtilityProcess(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+			   ProcessUtilityContext context, ParamListInfo params,
+			   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (exactonce_guard_columns && !creating_extension &&
+		IsA(pstmt->utilityStmt, AlterTableStmt))
+		UtilityCheckAlterTable((AlterTableStmt *) pstmt->utilityStmt);
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+/*
+ * UtilityInit defines exactonce.guard_columns and, when the library is
+ * preloaded, installs the hook.
+ */
+void
+UtilityInit(void)
+{
+	DefineCustomBoolVariable("exactonce.guard_columns",
+							 "Refuses ALTER TABLE of the columns exactonce reads and writes.",
+							 "Needs the library in shared_preload_libraries; without it, every path to an altered table refuses it instead.",
+							 &exactonce_guard_columns,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = UtilityProcess;
+}

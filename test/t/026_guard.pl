@@ -1,0 +1,93 @@
+# Preloaded, the library refuses an owner's ALTER TABLE of the columns the
+# C code reads and writes (the type, or a drop) before anything is
+# altered, with SQLSTATE EO005; changing a column back to its own type and
+# columns of the owner's own go through.  Without the preload the same
+# ALTER succeeds, and every path then refuses the altered table (EO005)
+# until it is changed back, preload or not; the workers log it and go on
+# with the other pipelines, and no backend crashes.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ExactonceTest;
+
+my $db = 'postgres';
+my $node = eo_node('guard');
+$node->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+CREATE EXTENSION exactonce;
+CREATE ROLE guard_owner LOGIN;
+GRANT CREATE ON DATABASE postgres TO guard_owner;
+SET ROLE guard_owner;
+SELECT exactonce.create_pipeline('guarded', ARRAY['d'], measures => ARRAY['qty']);
+SELECT exactonce.create_pipeline('other', ARRAY['d']);
+});
+
+# sqlstate(sql): the SQLSTATE of a statement run as the owner, '' if none
+sub sqlstate
+{
+	my ($sql) = @_;
+	my ($rc, $out, $err) = $node->psql($db, "\\set VERBOSITY verbose\nSET ROLE guard_owner;\n$sql");
+	return $err =~ /ERROR:  ([0-9A-Z]{5}):/ ? $1 : '';
+}
+
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE integer'),
+	'EO005', 'a type change of a column exactonce touches is refused');
+is(sqlstate('ALTER TABLE guarded.aggregates ALTER COLUMN qty_sum TYPE bigint'),
+	'EO005', '... also of a measure\'s column');
+is(sqlstate('ALTER TABLE guarded.ledger DROP COLUMN totals'),
+	'EO005', 'a drop of such a column is refused');
+is(sqlstate('ALTER TABLE guarded.progress ALTER COLUMN applied TYPE numeric, ADD COLUMN note text'),
+	'EO005', 'one refused command refuses the whole ALTER');
+is($node->safe_psql($db,
+		"SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'guarded.progress'::regclass AND attname IN ('applied', 'note') ORDER BY attname"),
+	'bigint', 'nothing of the refused ALTER was done');
+is( sqlstate(
+		'ALTER TABLE guarded.dead_letters ADD COLUMN note text;
+		 ALTER TABLE guarded.dead_letters ALTER COLUMN note TYPE varchar;
+		 ALTER TABLE guarded.dead_letters DROP COLUMN note'),
+	'', 'columns of the owner\'s own change as the owner likes');
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE numeric'),
+	'', 'a column set to its own type goes through');
+
+# without the preload the ALTER is made; every path refuses the table
+$node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
+$node->restart;
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE integer'),
+	'', 'without the preload the owner can alter the column');
+$node->safe_psql($db,
+	"INSERT INTO guarded.ingest (key, version, value, d) VALUES ('k', 1, 1, 'a');
+	 INSERT INTO other.ingest (key, version, value, d) VALUES ('k', 1, 1, 'a')");
+is(sqlstate("SELECT exactonce.flush('guarded')"), 'EO005', 'flush refuses the altered table');
+
+# preloaded again: the workers refuse it too, and drain the other pipeline
+$node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "'exactonce'");
+$node->restart;
+$node->poll_query_until($db, "SELECT applied = 1 FROM exactonce.pipelines WHERE name = 'other'")
+  or die 'the other pipeline was not drained';
+$node->poll_query_until($db,
+	"SELECT last_error LIKE '%has type integer, not numeric%' FROM exactonce.pipelines WHERE name = 'guarded'")
+  or die 'no worker reported the altered table';
+is($node->safe_psql($db, "SELECT applied FROM exactonce.pipelines WHERE name = 'guarded'"),
+	'0', 'no worker applied an event to the altered table');
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE numeric'),
+	'', 'the owner changes it back, preloaded');
+$node->poll_query_until($db, "SELECT applied = 1 FROM exactonce.pipelines WHERE name = 'guarded'")
+  or die 'the repaired pipeline was not drained';
+is($node->safe_psql($db, "SELECT total FROM guarded.aggregates WHERE level = 0"),
+	'1', 'the repaired pipeline drains what was queued');
+
+# a superuser may turn the guard off for a session
+is($node->psql($db,
+		"SET exactonce.guard_columns = off; ALTER TABLE guarded.state ALTER COLUMN value TYPE integer;
+		 ALTER TABLE guarded.state ALTER COLUMN value TYPE numeric"),
+	0, 'a superuser can turn the guard off');
+my ($rc, $out, $err) = $node->psql($db, 'SET ROLE guard_owner; SET exactonce.guard_columns = off');
+isnt($rc, 0, 'a role that is not a superuser cannot');
+
+unlike(slurp_file($node->logfile), qr/terminated by signal/, 'no backend crashed');
+done_testing();
