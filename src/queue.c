@@ -189,7 +189,7 @@ typedef struct NamedQueue
 {
 	NameData	pipeline;
 	Oid			ingest;
-}			NamedQueue;
+} NamedQueue;
 
 /*
  * PipelineQueue returns the queue of the pipeline named by argument argno.

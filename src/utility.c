@@ -86,9 +86,10 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
-		Oid			type = p != NULL && cmd->name != NULL ?
-			ShapeColumnType(p, table, cmd->name) : InvalidOid;
+		Oid			type = InvalidOid;
 
+		if (p != NULL && cmd->name != NULL)
+			type = ShapeColumnType(p, table, cmd->name);
 		if (!OidIsValid(type))
 			continue;
 		if (cmd->subtype == AT_DropColumn)
