@@ -288,7 +288,9 @@ Datum
 exactonce_wake(PG_FUNCTION_ARGS)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "exactonce_wake must be called as a trigger");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("exactonce.wake() must be called as a trigger")));
 	WorkerWake();
 	return PointerGetDatum(NULL);
 }
