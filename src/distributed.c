@@ -23,19 +23,31 @@
  * returned.  A producer whose statement failed resends it: the events that
  * reached a node before are duplicates there.
  *
- * The nodes are reached with the foreign servers and user mappings the
- * caller made, through libpq, the way postgres_fdw connects: to create,
- * drop, flush, pause and resume the pipeline on each.  A role that is not
- * a superuser must connect with a password, as postgres_fdw demands.  The
- * wait for a node's answer is on the latch, so a cancel or
- * statement_timeout interrupts it and cancels the statement there; the
- * connection itself waits at most the server's connect_timeout.
+ * The nodes are reached through libpq, the way postgres_fdw connects, to
+ * create, drop, flush, pause and resume the pipeline on each, and to move
+ * keys (move.c): always with the foreign server's user mapping of the
+ * pipeline's owner, whoever calls, never the caller's, so that a superuser
+ * who flushes a role's pipeline runs nothing on a node with more rights
+ * than that role's mapping gives.  An owner that is not a superuser must
+ * connect with the password of its mapping, as postgres_fdw demands, never
+ * with the server's own credentials.  The wait for a node's answer is on
+ * the latch, so a cancel or statement_timeout interrupts it and cancels the
+ * statement there; the connection itself waits at most the server's
+ * connect_timeout.
+ *
+ * A registry row stands for a pipeline only while the schema of its name
+ * exists, belongs to the row's owner and is no pipeline of one server: a
+ * row whose schema was dropped by hand is stale, and never shadows a
+ * pipeline or schema that took the name since.  drop_pipeline(force =>
+ * true) removes it; creating a pipeline of its name forgets it.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
 #include "executor/spi.h"
@@ -49,6 +61,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "distributed.h"
 #include "statement.h"
@@ -56,14 +69,14 @@
 PG_FUNCTION_INFO_V1(exactonce_create_distributed_pipeline);
 
 /*
- * CheckPassword insists, as postgres_fdw does, that a role that is not a
+ * CheckPassword insists, as postgres_fdw does, that an owner that is not a
  * superuser connects with a password of its own user mapping, unless a
  * superuser set password_required 'false' there: otherwise libpq could
  * authenticate it with the server's own credentials (a .pgpass of the
  * operating system user, peer or trust authentication).
  */
 static void
-CheckPassword(UserMapping *um, const char *servername)
+CheckPassword(UserMapping *um, Oid owner, const char *servername)
 {
 	ListCell   *lc;
 	bool		required = true;
@@ -81,16 +94,17 @@ CheckPassword(UserMapping *um, const char *servername)
 		ereport(ERROR,
 				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
 				 errmsg("password is required"),
-				 errdetail("A role that is not a superuser connects to a node only with a password of its user mapping."),
+				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\", which is not a superuser and connects only with a password of its user mapping.",
+						   GetUserNameFromId(owner, false)),
 				 errhint("Add a password to the user mapping for server \"%s\".", servername)));
 }
 
 /*
  * NodeConnect connects to the node of a postgres_fdw foreign server with
- * the current user's mapping.
+ * the user mapping of owner, the pipeline's owner, whoever the caller is.
  */
 PGconn *
-NodeConnect(const char *servername)
+NodeConnect(Oid owner, const char *servername)
 {
 	ForeignServer *server = GetForeignServerByName(servername, false);
 	ForeignDataWrapper *fdw = GetForeignDataWrapper(server->fdwid);
@@ -107,13 +121,15 @@ NodeConnect(const char *servername)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_ERROR),
 				 errmsg("server \"%s\" is not a postgres_fdw server", servername)));
-	if (pg_foreign_server_aclcheck(server->serverid, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+	if (pg_foreign_server_aclcheck(server->serverid, owner, ACL_USAGE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for foreign server %s", servername)));
-	um = GetUserMapping(GetUserId(), server->serverid);
-	if (!superuser())
-		CheckPassword(um, servername);
+				 errmsg("permission denied for foreign server %s", servername),
+				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\".",
+						   GetUserNameFromId(owner, false))));
+	um = GetUserMapping(owner, server->serverid);
+	if (!superuser_arg(owner))
+		CheckPassword(um, owner, servername);
 	options = list_concat(list_copy(server->options), um->options);
 	keywords = palloc(sizeof(char *) * (list_length(options) + 3));
 	values = palloc(sizeof(char *) * (list_length(options) + 3));
@@ -150,13 +166,14 @@ NodeConnect(const char *servername)
 				 errmsg("could not connect to server \"%s\"", servername),
 				 errdetail_internal("%s", msg)));
 	}
-	if (!superuser() && !PQconnectionUsedPassword(conn))
+	if (!superuser_arg(owner) && !PQconnectionUsedPassword(conn))
 	{
 		PQfinish(conn);
 		ereport(ERROR,
 				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
 				 errmsg("password is required"),
-				 errdetail("Non-superuser cannot connect if the server does not request a password."),
+				 errdetail("The pipeline's owner, role \"%s\", is not a superuser, and server \"%s\" did not ask for a password.",
+						   GetUserNameFromId(owner, false), servername),
 				 errhint("The user mapping for server \"%s\" must carry a password the node asks for.",
 						 servername)));
 	}
@@ -257,12 +274,13 @@ NodeValue(PGresult *res, int col)
 
 /*
  * NodeExec runs one statement on the node of a server, on a connection of
- * its own, and returns the first column of its first row (NULL if none).
+ * its own with owner's user mapping, and returns the first column of its
+ * first row (NULL if none).
  */
 static char *
-NodeExec(const char *servername, const char *sql, int nparams, const char **params)
+NodeExec(Oid owner, const char *servername, const char *sql, int nparams, const char **params)
 {
-	PGconn	   *volatile conn = NodeConnect(servername);
+	PGconn	   *volatile conn = NodeConnect(owner, servername);
 	char	   *volatile result = NULL;
 
 	PG_TRY();
@@ -281,18 +299,19 @@ NodeExec(const char *servername, const char *sql, int nparams, const char **para
 }
 
 /*
- * NodeDrop drops the pipeline on the node of a server; with quietly, an
- * error there is forgotten (the node is down, or had no such pipeline).
+ * NodeDrop drops the pipeline on the node of a server, as owner; with
+ * quietly, an error there is forgotten (the node is down, or had no such
+ * pipeline).
  */
 static void
-NodeDrop(const char *servername, const char *name, bool force, bool quietly)
+NodeDrop(Oid owner, const char *servername, const char *name, bool force, bool quietly)
 {
 	const char *params[2] = {name, force ? "true" : "false"};
 	MemoryContext cxt = CurrentMemoryContext;
 
 	PG_TRY();
 	{
-		(void) NodeExec(servername, "SELECT exactonce.drop_pipeline($1, $2::boolean)", 2, params);
+		(void) NodeExec(owner, servername, "SELECT exactonce.drop_pipeline($1, $2::boolean)", 2, params);
 	}
 	PG_CATCH();
 	{
@@ -305,8 +324,44 @@ NodeDrop(const char *servername, const char *name, bool force, bool quietly)
 }
 
 /*
- * DistributedLoad reads a distributed pipeline's registry row; false if
- * there is none.  SPI must be connected.
+ * StaleReason tells why a distributed pipeline's registry row no longer
+ * stands for a pipeline, or returns NULL: the schema of its name is gone
+ * (dropped by hand) or belongs to another role, or a pipeline of one server
+ * has taken the name (d->single).  SPI must be connected.
+ */
+static char *
+StaleReason(Distributed *d)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(d->name)};
+	Oid			nspid = get_namespace_oid(d->name, true);
+	HeapTuple	tup;
+	Oid			nspowner;
+
+	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	d->single = SPI_processed > 0;
+	if (d->single)
+		return psprintf("Pipeline \"%s\" of this server has the name now.", d->name);
+	if (!OidIsValid(nspid))
+		return psprintf("Schema \"%s\" of the coordinator was dropped.", d->name);
+	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
+	if (!HeapTupleIsValid(tup))
+		return psprintf("Schema \"%s\" of the coordinator was dropped.", d->name);
+	nspowner = ((Form_pg_namespace) GETSTRUCT(tup))->nspowner;
+	ReleaseSysCache(tup);
+	if (nspowner != d->owner)
+		return psprintf("Schema \"%s\" belongs to role \"%s\", not to the pipeline's owner.",
+						d->name, GetUserNameFromId(nspowner, false));
+	return NULL;
+}
+
+/*
+ * DistributedLoad reads a distributed pipeline's registry row and returns
+ * true if it stands for a pipeline; false if there is none, or if it is
+ * stale (d->stale then says why, and d->single whether a pipeline of one
+ * server has the name).  SPI must be connected.
  */
 bool
 DistributedLoad(const char *name, Distributed *d)
@@ -318,6 +373,8 @@ DistributedLoad(const char *name, Distributed *d)
 	bool		isnull;
 	Oid			nsp = get_namespace_oid("exactonce", true);
 
+	d->stale = NULL;
+	d->single = false;
 	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
 		return false;
@@ -332,13 +389,13 @@ DistributedLoad(const char *name, Distributed *d)
 	d->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
 					  NAMEOID, NAMEDATALEN, false, TYPALIGN_CHAR, &elems, NULL, &n);
-	d->nnodes = n;
-	for (int i = 0; i < n; i++)
+	d->nnodes = Min(n, DIST_MAX_NODES);
+	for (int i = 0; i < d->nnodes; i++)
 		d->servers[i] = pstrdup(NameStr(*DatumGetName(elems[i])));
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)),
 					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-	d->ndims = n;
-	for (int i = 0; i < n; i++)
+	d->ndims = Min(n, EXACTONCE_MAX_DIMENSIONS);
+	for (int i = 0; i < d->ndims; i++)
 		d->dims[i] = TextDatumGetCString(elems[i]);
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull)),
 					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
@@ -350,14 +407,102 @@ DistributedLoad(const char *name, Distributed *d)
 	d->nminmax = Min(n, 1 + EXACTONCE_MAX_MEASURES);
 	for (int i = 0; i < d->nminmax; i++)
 		d->min_max[i] = TextDatumGetCString(elems[i]);
-	return true;
+	d->stale = StaleReason(d);
+	return d->stale == NULL;
+}
+
+/*
+ * RequireOwner insists that the caller has the rights of the owner of a
+ * distributed pipeline.
+ */
+static void
+RequireOwner(Distributed *d)
+{
+	if (!has_privs_of_role(GetUserId(), d->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of distributed pipeline \"%s\"", d->name)));
+}
+
+/*
+ * ReportStale refuses to act on a stale registry row.
+ */
+static void
+ReportStale(Distributed *d)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("distributed pipeline \"%s\" has lost its schema", d->name),
+			 errdetail("%s Its registry row is all that is left at the coordinator.", d->stale),
+			 errhint("Remove the row, and the pipeline on its nodes, with exactonce.drop_pipeline('%s', force => true).",
+					 d->name)));
+}
+
+/*
+ * DistributedOpen loads a distributed pipeline for its owner: an error if
+ * there is none, if its registry row is stale, or if the caller lacks the
+ * owner's rights.  SPI must be connected.
+ */
+void
+DistributedOpen(const char *name, Distributed *d)
+{
+	if (!DistributedLoad(name, d))
+	{
+		if (d->stale == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("distributed pipeline \"%s\" does not exist", name)));
+		RequireOwner(d);
+		ReportStale(d);
+	}
+	RequireOwner(d);
+}
+
+/*
+ * ForgetRow deletes a distributed pipeline's registry row, as the owner of
+ * the registry.  SPI must be connected and the search_path pinned.
+ */
+static void
+ForgetRow(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	StatementExecAs(StatementTableOwner("distributed_pipeline"),
+					StatementPrepareFixed("DELETE FROM exactonce.distributed_pipeline"
+										  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+										  1, types),
+					values, NULL, false, -1);
+}
+
+/*
+ * DistributedForgetStale deletes the registry row of name if it is stale:
+ * a pipeline about to take the name must not be shadowed by it.  Its
+ * nodes' pipelines are left alone; their owner drops them there.
+ */
+void
+DistributedForgetStale(const char *name)
+{
+	Distributed d;
+	int			nestlevel;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (!DistributedLoad(name, &d) && d.stale != NULL)
+		ForgetRow(name);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
 }
 
 /*
  * DistributedRun does action (flush, pause, resume, drop) on a distributed
  * pipeline's nodes, if name is one, and returns true; *result is the sum of
  * what flush returned.  drop also drops the coordinator's schema and
- * registry row (force: even if a node cannot be reached).
+ * registry row (force: even if a node cannot be reached).  A stale registry
+ * row is passed over if a pipeline of one server has the name (false: the
+ * caller acts on that one); otherwise drop with force removes it, and the
+ * pipeline on its nodes as far as they can be reached, and any other
+ * action is refused.
  */
 bool
 DistributedRun(const char *name, const char *action, bool force, int64 *result)
@@ -365,45 +510,48 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 	Distributed d;
 	int			nestlevel;
 	const char *params[1] = {name};
+	bool		drop = strcmp(action, "drop") == 0;
 
 	*result = 0;
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	if (!DistributedLoad(name, &d))
 	{
+		bool		found = d.stale != NULL && !d.single;
+
+		if (found)
+		{
+			RequireOwner(&d);
+			if (!drop || !force)
+				ReportStale(&d);
+			for (int i = 0; i < d.nnodes; i++)
+				NodeDrop(d.owner, d.servers[i], name, true, true);
+			ForgetRow(name);
+		}
 		StatementUnpinSearchPath(nestlevel);
 		SPI_finish();
-		return false;
+		return found;
 	}
-	if (!has_privs_of_role(GetUserId(), d.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of distributed pipeline \"%s\"", name)));
+	RequireOwner(&d);
 	for (int i = 0; i < d.nnodes; i++)
 	{
 		char	   *r;
 
-		if (strcmp(action, "drop") == 0)
+		if (drop)
 		{
-			NodeDrop(d.servers[i], name, force, force);
+			NodeDrop(d.owner, d.servers[i], name, force, force);
 			continue;
 		}
-		r = NodeExec(d.servers[i], psprintf("SELECT exactonce.%s($1)", action), 1, params);
+		r = NodeExec(d.owner, d.servers[i], psprintf("SELECT exactonce.%s($1)", action), 1, params);
 		if (r != NULL && strcmp(action, "flush") == 0)
 			*result += pg_strtoint64(r);
 	}
-	if (strcmp(action, "drop") == 0)
+	if (drop)
 	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(name)};
-
+		/* the owner's, as DistributedLoad checked */
 		if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
 			elog(ERROR, "could not drop schema of distributed pipeline \"%s\"", name);
-		StatementExecAs(StatementTableOwner("distributed_pipeline"),
-						StatementPrepareFixed("DELETE FROM exactonce.distributed_pipeline"
-											  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-											  1, types),
-						values, NULL, false, 1);
+		ForgetRow(name);
 	}
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
@@ -560,7 +708,7 @@ NodeAdopt(Distributed *d, int i, const char **params)
 	char	   *same;
 	char	   *misplaced;
 
-	same = NodeExec(d->servers[i],
+	same = NodeExec(d->owner, d->servers[i],
 					"SELECT mode OPERATOR(pg_catalog.=) $3 AND dimensions OPERATOR(pg_catalog.=) $2::pg_catalog.text[]"
 					" AND measures OPERATOR(pg_catalog.=) $4::pg_catalog.text[]"
 					" AND min_max OPERATOR(pg_catalog.=) $5::pg_catalog.text[]"
@@ -577,7 +725,7 @@ NodeAdopt(Distributed *d, int i, const char **params)
 				 errdetail("A pipeline adopted as a node must have the mode, dimensions, measures and min_max given, no distinct counts, no windows and the rollup.")));
 	check[0] = psprintf("%d", d->nnodes);
 	check[1] = psprintf("%d", i);
-	misplaced = NodeExec(d->servers[i],
+	misplaced = NodeExec(d->owner, d->servers[i],
 						 psprintf("SELECT pg_catalog.count(*) FROM %s.state"
 								  " WHERE exactonce.key_bucket(key, $1::pg_catalog.int4) OPERATOR(pg_catalog.<>) $2::pg_catalog.int4",
 								  quote_identifier(d->name)), 2, check);
@@ -696,11 +844,24 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
+	d.owner = GetUserId();
+	values[0] = CStringGetTextDatum(d.name);
+	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read exactonce.pipeline");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("pipeline \"%s\" already exists", d.name),
+				 errdetail("A pipeline of this server has the name, even if its schema is gone."),
+				 errhint("Choose another name, or drop it first with exactonce.drop_pipeline('%s').", d.name)));
 	if (OidIsValid(get_namespace_oid(d.name, true)))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_SCHEMA),
 				 errmsg("schema \"%s\" already exists", d.name),
 				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
+	/* a registry row left by a schema dropped by hand */
+	DistributedForgetStale(d.name);
 
 	/* the pipeline on each node; undone on the others if one fails */
 	cxt = CurrentMemoryContext;
@@ -716,7 +877,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 				adopted[made] = true;
 				continue;
 			}
-			(void) NodeExec(d.servers[made],
+			(void) NodeExec(d.owner, d.servers[made],
 							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
 							6, params);
 		}
@@ -730,15 +891,14 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 		FlushErrorState();
 		for (int i = 0; i < made; i++)
 			if (!adopted[i])
-				NodeDrop(d.servers[i], d.name, true, true);
+				NodeDrop(d.owner, d.servers[i], d.name, true, true);
 		ReThrowError(err);
 	}
 	PG_END_TRY();
 
 	if (SPI_execute(BuildCoordinatorDDL(&d), false, 0) < 0)
 		elog(ERROR, "could not create the coordinator's schema of distributed pipeline \"%s\"", d.name);
-	values[0] = CStringGetTextDatum(d.name);
-	values[1] = ObjectIdGetDatum(GetUserId());
+	values[1] = ObjectIdGetDatum(d.owner);
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = PG_GETARG_DATUM(1);
 	values[4] = PG_GETARG_DATUM(5);

@@ -19,6 +19,8 @@ typedef struct Distributed
 {
 	char	   *name;
 	Oid			owner;
+	char	   *stale;			/* why the row outlived its schema, or NULL */
+	bool		single;			/* a pipeline of one server has the name */
 	int			nnodes;
 	char	   *servers[DIST_MAX_NODES];
 	int			ndims;
@@ -32,11 +34,13 @@ typedef struct Distributed
 
 extern bool DistributedRun(const char *name, const char *action, bool force, int64 *result);
 extern bool DistributedLoad(const char *name, Distributed *d);
+extern void DistributedOpen(const char *name, Distributed *d);
+extern void DistributedForgetStale(const char *name);
 extern char *DistributedPartitionDDL(Distributed *d, int m, int r, const char *server);
 extern char *DistributedNodeDDL(Distributed *d, int i);
 extern char *DistributedViewsDDL(Distributed *d);
 
-extern PGconn *NodeConnect(const char *servername);
+extern PGconn *NodeConnect(Oid owner, const char *servername);
 extern PGresult *NodeRun(PGconn *conn, const char *servername, const char *sql,
 						 int nparams, const char **params);
 extern char *NodeValue(PGresult *res, int col);

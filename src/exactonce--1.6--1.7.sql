@@ -46,3 +46,6 @@ CREATE VIEW exactonce.key_moves WITH (security_barrier) AS
 COMMENT ON VIEW exactonce.key_moves IS
 	'the moves of keys into and out of this node (exactonce.key_move) of the pipelines the current role owns, or all with pg_read_all_stats';
 GRANT SELECT ON exactonce.key_moves TO PUBLIC;
+
+COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[], boolean) IS
+	'create pipeline "name" on the node of each postgres_fdw foreign server and, here, schema "name": ingest partitioned by hash of key over foreign tables on the nodes'' queues, aggregates summing the nodes'' cells (sums and counts of measures summed, averages from them, min of mins, max of maxes), and nodes, each node''s row of exactonce.pipelines; distinct counts do not merge and are refused; with adopt, a node''s existing pipeline of the same definition, holding only its partition''s keys, becomes the node''s (so one server''s pipeline can be spread with move_keys); drop_pipeline, flush, pause, resume and move_keys act on every node, always with the owner''s user mappings (the caller''s here), whoever calls';

@@ -29,6 +29,13 @@
  * gone) is finished, or undone, by calling move_keys() again, which looks
  * for its prepared transactions on both nodes first.
  *
+ * move_keys() reaches both nodes with the user mappings of the pipeline's
+ * owner (distributed.c), whoever calls it.  A node trusts its peer no more
+ * than its own producers: move_keys_in() refuses the move if a row it is
+ * sent lacks its key or version or has a key outside the range, or if a
+ * state row holds what the state stage would have sent to dead letters (a
+ * NaN, infinite or too large number, a key or cell too long).
+ *
  * In accumulate mode a cell adds up readings without remembering which key
  * each came from, so a key's share of the cells cannot be taken out: it
  * stays where it was counted, which keeps the sums over the nodes exact,
@@ -47,6 +54,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -61,8 +69,10 @@
 
 #include "distributed.h"
 #include "drain.h"
+#include "event.h"
 #include "pipeline.h"
 #include "progress.h"
+#include "state.h"
 #include "statement.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
@@ -262,24 +272,153 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 }
 
 /*
+ * RowColumn returns column name of the row in slot, which must have type
+ * type: an owner's change to the table is an error, never a misread.
+ */
+static Datum
+RowColumn(TupleTableSlot *slot, const char *name, Oid type, bool *isnull)
+{
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	int			attnum = SPI_fnumber(desc, name);
+
+	if (attnum <= 0 || TupleDescAttr(desc, attnum - 1)->atttypid != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the rows moved have no column \"%s\" of type %s", name, format_type_be(type)),
+				 errhint("The tables of a pipeline must keep the columns exactonce made.")));
+	return slot_getattr(slot, attnum, isnull);
+}
+
+/*
+ * RowFault returns why a row of table (state, seen or dead_letters) that
+ * another node sent cannot come into pipeline p, or NULL: a row without
+ * key or version, a key outside the range (modulus, remainder), or, for a
+ * state row, what this node's own queue and state stage would not take.
+ * Dead letters keep what was wrong with them (a NaN, say): that is why
+ * they are dead letters.  attnums are EventAttnums' for state in latest
+ * mode.
+ */
+static char *
+RowFault(Pipeline *p, const char *table, TupleTableSlot *slot, AttrNumber *attnums,
+		 int32 modulus, int32 remainder)
+{
+	bool		state = strcmp(table, "state") == 0;
+	Datum		key;
+	bool		isnull;
+	Event		ev = {0};
+	const char *missing;
+
+	key = RowColumn(slot, "key", TEXTOID, &isnull);
+	if (isnull)
+		return pstrdup("key is NULL");
+	(void) RowColumn(slot, "version", INT8OID, &isnull);
+	if (isnull)
+		return pstrdup("version is NULL");
+	if (KeyBucket(key, modulus) != remainder)
+		return psprintf("key \"%s\" is not one of the keys (%d, %d): its exactonce.key_bucket(key, %d) is %d",
+						TextDatumGetCString(key), modulus, remainder, modulus, KeyBucket(key, modulus));
+	if (!state)
+		return NULL;
+	if (p->mode == PIPELINE_ACCUMULATE)
+	{
+		Datum		total = RowColumn(slot, "total", NUMERICOID, &isnull);
+		const char *bad;
+
+		if (isnull)
+			return pstrdup("total is NULL");
+		bad = StateNumberFault(DatumGetNumeric(total));
+		return bad ? psprintf("total is %s", bad) : NULL;
+	}
+	missing = EventFromSlot(p, slot, attnums, &ev);
+	if (missing)
+		return psprintf("%s is NULL", missing);
+	return StateEventFault(p, &ev);
+}
+
+/*
+ * CheckRows refuses the rows that source (a query of the rows another node
+ * sent, in parameter $1) yields if one of them cannot come into table of
+ * pipeline p: a node takes from its peer only what it would take from its
+ * own producers.  The rows are read in batches, not all at once.
+ */
+static void
+CheckRows(Pipeline *p, const char *table, const char *source, Datum rows, int32 modulus,
+		  int32 remainder)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {rows};
+	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce moved row",
+												  ALLOCSET_DEFAULT_SIZES);
+	TupleTableSlot *slot = NULL;
+	AttrNumber	attnums[EV_MAX_NATTS];
+	Portal		portal;
+	int64		n = 0;
+
+	portal = SPI_cursor_open_with_args(NULL, psprintf("SELECT * FROM %s", source), 1, types, values,
+									   NULL, true, 0);
+	for (;;)
+	{
+		SPI_cursor_fetch(portal, true, 1000);
+		if (SPI_processed == 0)
+			break;
+		if (slot == NULL)
+		{
+			slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(SPI_tuptable->tupdesc), &TTSOpsHeapTuple);
+			if (strcmp(table, "state") == 0 && p->mode == PIPELINE_LATEST)
+				EventAttnums(p, slot->tts_tupleDescriptor, attnums);
+		}
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			MemoryContext old = MemoryContextSwitchTo(row_cxt);
+			char	   *fault;
+
+			n++;
+			CHECK_FOR_INTERRUPTS();
+			ExecStoreHeapTuple(SPI_tuptable->vals[i], slot, false);
+			fault = RowFault(p, table, slot, attnums, modulus, remainder);
+			if (fault)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("%s row " INT64_FORMAT " moved into pipeline \"%s\" is refused: %s",
+								table, n, p->name, fault),
+						 errdetail("A node takes from another only the rows its own queue and state stage would take."),
+						 errhint("Nothing moved; look into pipeline \"%s\" on the node the keys came from.",
+								 p->name)));
+			ExecClearTuple(slot);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(row_cxt);
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_cursor_close(portal);
+	if (slot)
+		ExecDropSingleTupleTableSlot(slot);
+	MemoryContextDelete(row_cxt);
+}
+
+/*
  * PutRows inserts rows as TakeRows returned them into a pipeline table and
- * returns how many; moved, if not NULL, gets the state rows' sums.  Rows
- * from a node before 1.6 are the text of an array of the table's row type,
- * read by position.
+ * returns how many, once CheckRows found each fit for the range (modulus,
+ * remainder); moved, if not NULL, gets the state rows' sums.  Rows from a
+ * node before 1.6 are the text of an array of the table's row type, read
+ * by position.
  */
 static int64
-PutRows(Pipeline *p, const char *table, const char *rows, MovedTotals *moved)
+PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 remainder,
+		MovedTotals *moved)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(rows)};
 	const char *s = quote_identifier(p->name);
+	char	   *source;
 	bool		isnull;
 
+	source = psprintf(rows[0] == '[' ?
+					  "pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
+					  "pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table);
+	CheckRows(p, table, source, values[0], modulus, remainder);
 	if (SPI_execute_with_args(psprintf("WITH put AS (INSERT INTO %1$s.%2$s SELECT * FROM %3$s RETURNING *)"
-									   " SELECT NULL, pg_catalog.count(*)%4$s FROM put", s, table,
-									   psprintf(rows[0] == '[' ?
-												"pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
-												"pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table),
+									   " SELECT NULL, pg_catalog.count(*)%4$s FROM put", s, table, source,
 									   moved ? SUMS("put") : ""),
 							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
@@ -499,18 +638,18 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	DropMovedTrigger(p, modulus, remainder);
 	if (state != NULL)
-		keys = PutRows(p, "state", state, moved);
+		keys = PutRows(p, "state", state, modulus, remainder, moved);
 	if (!PG_ARGISNULL(6))
 	{
 		if (p->mode != PIPELINE_ACCUMULATE)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("pipeline \"%s\" is in latest mode, which has no seen rows", p->name)));
-		(void) PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)), NULL);
+		(void) PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)), modulus, remainder, NULL);
 	}
 	if (!PG_ARGISNULL(7))
 	{
-		dead = PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)), NULL);
+		dead = PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)), modulus, remainder, NULL);
 	}
 	MoveDeadLetters(p, dead);
 	PipelineActAsCaller(p);
@@ -658,6 +797,19 @@ MoveRun(Move *mv, int node, const char *sql, int nparams, const char **params)
 }
 
 /*
+ * MovesOf names the record of a node's moves that the role of its user
+ * mapping may read: the view exactonce.key_moves, its own pipelines' (1.7
+ * on), or the table exactonce.key_move on a node before it.
+ */
+static const char *
+MovesOf(Move *mv, int node)
+{
+	char	   *view = MoveRun(mv, node, "SELECT pg_catalog.to_regclass('exactonce.key_moves') IS NOT NULL", 0, NULL);
+
+	return view != NULL && strcmp(view, "t") == 0 ? "exactonce.key_moves" : "exactonce.key_move";
+}
+
+/*
  * MoveResolve finishes, or undoes, an earlier move of the range cut off
  * after a node had prepared it, and tells whether the range has moved from
  * the first node to the second already (the coordinator's part then is
@@ -687,7 +839,8 @@ MoveResolve(Move *mv)
 	else if (gids[0] != NULL)
 	{
 		params[0] = gids[0];
-		if (MoveRun(mv, 1, "SELECT 1 FROM exactonce.key_move WHERE gid OPERATOR(pg_catalog.=) $1", 1, params))
+		if (MoveRun(mv, 1, psprintf("SELECT 1 FROM %s WHERE gid OPERATOR(pg_catalog.=) $1", MovesOf(mv, 1)),
+					1, params))
 			MoveRun(mv, 0, psprintf("COMMIT PREPARED %s", quote_literal_cstr(gids[0])), 0, NULL);
 		else
 			MoveRun(mv, 0, psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(gids[0])), 0, NULL);
@@ -697,9 +850,11 @@ MoveResolve(Move *mv)
 	params[0] = mv->name;
 	params[1] = psprintf("%d", mv->modulus);
 	params[2] = psprintf("%d", mv->remainder);
-	last = MoveRun(mv, 0, "SELECT direction OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) peer FROM exactonce.key_move"
-				   " WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name AND modulus OPERATOR(pg_catalog.=) $2::pg_catalog.int4"
-				   " AND remainder OPERATOR(pg_catalog.=) $3::pg_catalog.int4 ORDER BY moved_at DESC LIMIT 1",
+	last = MoveRun(mv, 0, psprintf("SELECT direction OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) peer FROM %s"
+								   " WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name"
+								   " AND modulus OPERATOR(pg_catalog.=) $2::pg_catalog.int4"
+								   " AND remainder OPERATOR(pg_catalog.=) $3::pg_catalog.int4 ORDER BY moved_at DESC LIMIT 1",
+								   MovesOf(mv, 0)),
 				   3, params);
 	if (last == NULL || strncmp(last, "out:", 4) != 0)
 		return false;
@@ -823,14 +978,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	if (!DistributedLoad(mv.name, &d))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("distributed pipeline \"%s\" does not exist", mv.name)));
-	if (!has_privs_of_role(GetUserId(), d.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of distributed pipeline \"%s\"", mv.name)));
+	DistributedOpen(mv.name, &d);
 
 	/* producers and readers at the coordinator wait from here to commit */
 	if (SPI_execute(psprintf("LOCK TABLE %1$s.ingest, %1$s.aggregates, %1$s.nodes IN ACCESS EXCLUSIVE MODE",
@@ -851,7 +999,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	PG_TRY();
 	{
 		for (int i = 0; i < 2; i++)
-			mv.conns[i] = NodeConnect(mv.servers[i]);
+			mv.conns[i] = NodeConnect(d.owner, mv.servers[i]);
 		keys = MoveNodes(&mv, &d, new_node);
 	}
 	PG_CATCH();

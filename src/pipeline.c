@@ -1355,6 +1355,8 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 				 errdetail("A pipeline creates and owns a schema of its own name."),
 				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
 
+	/* a distributed pipeline's registry row left by a schema dropped by hand */
+	DistributedForgetStale(def.name);
 	if (SPI_execute(BuildPipelineDDL(&def, nshards), false, 0) < 0)
 		elog(ERROR, "could not create the relations of pipeline \"%s\"", def.name);
 

@@ -886,22 +886,18 @@ CellBytes(Pipeline *p, Event *ev)
 }
 
 /*
- * BadMeasure returns why a measure's value cannot be summed, or NULL.
+ * StateNumberFault returns why a number cannot be summed ("NaN", ...), or
+ * NULL.
  */
-static char *
-BadMeasure(Pipeline *p, Event *ev)
+const char *
+StateNumberFault(Numeric n)
 {
-	for (int i = 0; i < p->nmeasures; i++)
-	{
-		Numeric		m = ev->measures[i];
-
-		if (m == NULL)
-			continue;
-		if (numeric_is_nan(m) || numeric_is_inf(m) || TooLarge(m))
-			return psprintf("measure %s is %s", p->measures[i],
-							numeric_is_nan(m) ? "NaN" : numeric_is_inf(m) ? "infinite" :
-							"1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude");
-	}
+	if (numeric_is_nan(n))
+		return "NaN";
+	if (numeric_is_inf(n))
+		return "infinite";
+	if (TooLarge(n))
+		return "1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude";
 	return NULL;
 }
 
@@ -921,35 +917,46 @@ DistinctBytes(Pipeline *p, Event *ev)
 }
 
 /*
+ * StateEventFault returns why no state can take an event, or NULL: the
+ * reason its dead letter gives.  A key's state row that another node sends
+ * (move.c) is checked the same way.
+ */
+char *
+StateEventFault(Pipeline *p, Event *ev)
+{
+	const char *bad = StateNumberFault(ev->value);
+
+	if (bad)
+		return psprintf("value is %s", bad);
+	if (VARSIZE_ANY_EXHDR(ev->key) > EXACTONCE_MAX_KEY_BYTES)
+		return psprintf("key is longer than %d bytes", EXACTONCE_MAX_KEY_BYTES);
+	if (CellBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
+		return psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES);
+	for (int i = 0; i < p->nmeasures; i++)
+		if (ev->measures[i] != NULL && (bad = StateNumberFault(ev->measures[i])) != NULL)
+			return psprintf("measure %s is %s", p->measures[i], bad);
+	if (DistinctBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
+		return psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
+						EXACTONCE_MAX_KEY_BYTES);
+	if (p->windowed && VARSIZE_ANY_EXHDR(DatumGetPointer(ev->dims[0])) == 0)
+		return pstrdup("event_time is in no window: windows start in the years 1 to 9999");
+	if (ev->deleted && p->mode == PIPELINE_ACCUMULATE)
+		return pstrdup("tombstones (deleted = true) are not supported in accumulate mode");
+	return NULL;
+}
+
+/*
  * Validate sends events that no state can take to dead letters; it returns
  * false for those.
  */
 static bool
 Validate(StateWork *w, Event *ev)
 {
-	char	   *bad = BadMeasure(w->p, ev);
+	char	   *bad = StateEventFault(w->p, ev);
 
-	if (numeric_is_nan(ev->value))
-		AddDead(w, ev, pstrdup("value is NaN"));
-	else if (numeric_is_inf(ev->value))
-		AddDead(w, ev, pstrdup("value is infinite"));
-	else if (TooLarge(ev->value))
-		AddDead(w, ev, pstrdup("value is 1e" CppAsString2(EXACTONCE_MAX_MAGNITUDE) " or more in magnitude"));
-	else if (VARSIZE_ANY_EXHDR(ev->key) > EXACTONCE_MAX_KEY_BYTES)
-		AddDead(w, ev, psprintf("key is longer than %d bytes", EXACTONCE_MAX_KEY_BYTES));
-	else if (CellBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
-		AddDead(w, ev, psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES));
-	else if (bad)
-		AddDead(w, ev, bad);
-	else if (DistinctBytes(w->p, ev) > EXACTONCE_MAX_KEY_BYTES)
-		AddDead(w, ev, psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
-								EXACTONCE_MAX_KEY_BYTES));
-	else if (w->p->windowed && VARSIZE_ANY_EXHDR(DatumGetPointer(ev->dims[0])) == 0)
-		AddDead(w, ev, pstrdup("event_time is in no window: windows start in the years 1 to 9999"));
-	else if (ev->deleted && w->p->mode == PIPELINE_ACCUMULATE)
-		AddDead(w, ev, pstrdup("tombstones (deleted = true) are not supported in accumulate mode"));
-	else
+	if (bad == NULL)
 		return true;
+	AddDead(w, ev, bad);
 	return false;
 }
 

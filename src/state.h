@@ -12,5 +12,7 @@
 
 extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
 						 StageCounts *counts);
+extern const char *StateNumberFault(Numeric n);
+extern char *StateEventFault(Pipeline *p, Event *ev);
 
 #endif							/* EXACTONCE_STATE_H */

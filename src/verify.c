@@ -202,7 +202,11 @@ BuildVerifyAccumulate(Pipeline *p)
 	StringInfoData sql;
 	const char *s = quote_identifier(p->name);
 	int			nsets = p->rollup ? p->ndims + 1 : p->nsets;
+	Oid			nsp = get_namespace_oid("exactonce", false);
+	Oid			moves = get_relname_relid("key_moves", nsp);
 
+	if (!OidIsValid(moves))
+		moves = get_relname_relid("key_move", nsp);
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "WITH st AS (SELECT COALESCE(pg_catalog.sum(total), 0) AS total,"
@@ -213,16 +217,17 @@ BuildVerifyAccumulate(Pipeline *p)
 	/*
 	 * The cells keep the share of keys moved away to another node (move.c)
 	 * and lack that of keys moved in: what they add up to is state's plus the
-	 * net of the moves.
+	 * net of the moves, read (as the owner) from the view of the owner's
+	 * moves, or from the table itself before 1.7 made the view.
 	 */
-	if (OidIsValid(get_relname_relid("key_move", get_namespace_oid("exactonce", false))))
+	if (OidIsValid(moves))
 		appendStringInfo(&sql,
 						 " mv AS (SELECT COALESCE(pg_catalog.sum(CASE WHEN direction OPERATOR(pg_catalog.=) 'out'"
 						 " THEN total ELSE OPERATOR(pg_catalog.-) total END), 0) AS total,"
 						 " COALESCE(pg_catalog.sum(CASE WHEN direction OPERATOR(pg_catalog.=) 'out'"
 						 " THEN events ELSE OPERATOR(pg_catalog.-) events END), 0) AS events"
-						 " FROM exactonce.key_move WHERE pipeline OPERATOR(pg_catalog.=) %s::pg_catalog.name),",
-						 quote_literal_cstr(p->name));
+						 " FROM exactonce.%s WHERE pipeline OPERATOR(pg_catalog.=) %s::pg_catalog.name),",
+						 get_rel_name(moves), quote_literal_cstr(p->name));
 	else
 		appendStringInfoString(&sql, " mv AS (SELECT 0 AS total, 0 AS events),");
 	appendStringInfo(&sql,
