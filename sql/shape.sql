@@ -132,6 +132,13 @@ SELECT name, applied, ingested FROM exactonce.pipelines ORDER BY name;
 SELECT d, level, total, keys FROM shp.aggregates ORDER BY level, d;
 
 RESET ROLE;
+
+-- a role with nothing but CONNECT reads no moved totals (event data)
+SET ROLE regress_shape_other;
+SELECT pg_temp.err($$SELECT total FROM exactonce.key_move$$);
+SELECT count(*) AS moves_seen FROM exactonce.key_moves;
+RESET ROLE;
+
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_shape_owner';
 -- the cast ran only in the owner's own ALTER TABLE, as the owner
 SELECT DISTINCT who, what FROM plants.regress_ran_as;
