@@ -93,6 +93,26 @@ INSERT INTO events SELECT * FROM late;
 SELECT count(*) AS failing FROM exactonce.verify('tc') WHERE NOT ok;
 SELECT * FROM tc_mismatches;
 
+-- a pipeline with no live key: new, then every key tombstoned; an
+-- accumulate pipeline after prune() forgot seen rows below its horizon
+SELECT exactonce.create_pipeline('empty', ARRAY['d']);
+SELECT item, ok FROM exactonce.verify('empty') ORDER BY item;
+SELECT exactonce.rebuild('empty') AS cells;
+INSERT INTO empty.ingest (key, version, value, d) VALUES ('k1', 1, 5, 'a'), ('k2', 1, 7, 'b');
+SELECT exactonce.flush('empty');
+INSERT INTO empty.ingest (key, version, value, d, deleted) VALUES ('k1', 2, 0, 'a', true), ('k2', 2, 0, 'b', true);
+SELECT exactonce.flush('empty');
+SELECT count(*) AS cells_left FROM empty.aggregates;
+SELECT item, ok FROM exactonce.verify('empty') ORDER BY item;
+SELECT exactonce.rebuild('empty') AS cells;
+SELECT exactonce.create_pipeline('pruned', ARRAY['d'], mode => 'accumulate');
+INSERT INTO pruned.ingest (key, version, value, d) SELECT 'k' || i % 3, i, i, 'a' FROM generate_series(1, 9) i;
+SELECT exactonce.flush('pruned');
+SELECT horizon, forgotten FROM exactonce.prune('pruned', 5);
+SELECT item, detail, ok FROM exactonce.verify('pruned') WHERE item = 'seen';
+SELECT count(*) AS failing FROM exactonce.verify('pruned') WHERE NOT ok;
+SELECT exactonce.drop_pipeline('empty'), exactonce.drop_pipeline('pruned');
+
 -- refused
 SELECT pg_temp.err($$SELECT exactonce.rebuild('ta')$$);
 SELECT pg_temp.err($$SELECT exactonce.rebuild(NULL)$$);

@@ -132,6 +132,8 @@ BuildRecompute(Pipeline *p)
 						 quote_identifier(psprintf("%s_distinct", p->distincts[i])));
 	appendStringInfo(&sql, " FROM %s.state WHERE NOT deleted GROUP BY ", quote_identifier(p->name));
 	AppendGroupingSets(&sql, p);
+	/* no live key, no cell: not even the grand total of nothing */
+	appendStringInfoString(&sql, " HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0");
 	return sql.data;
 }
 
@@ -247,8 +249,8 @@ BuildVerifyAccumulate(Pipeline *p)
 					 " (SELECT pg_catalog.count(*) FROM g) OPERATOR(pg_catalog.=) CASE WHEN cs.events OPERATOR(pg_catalog.=) 0 THEN 0 ELSE %d END AS ok"
 					 " FROM cs"
 					 " UNION ALL SELECT 2, 'seen', NULL,"
-					 " pg_catalog.format('%%s (key, version) pairs in seen; state counts %%s events', sn.n, st.events),"
-					 " sn.n OPERATOR(pg_catalog.=) st.events FROM sn, st"
+					 " pg_catalog.format('%%s (key, version) pairs in seen; state counts %%s events%s', sn.n, st.events),"
+					 " sn.n OPERATOR(pg_catalog.%s) st.events FROM sn, st"
 					 " UNION ALL SELECT 2, 'ledger', NULL,"
 					 " pg_catalog.format('%%s batches staged and not applied', l.n), l.n OPERATOR(pg_catalog.=) 0"
 					 " FROM (SELECT pg_catalog.count(*) AS n FROM %s.ledger WHERE applied_at IS NULL) l"
@@ -257,7 +259,9 @@ BuildVerifyAccumulate(Pipeline *p)
 					 " g.total, g.events, cs.total, cs.events),"
 					 " g.total OPERATOR(pg_catalog.=) cs.total AND g.events OPERATOR(pg_catalog.=) cs.events"
 					 " FROM g, cs) v ORDER BY o, item, cell",
-					 s, nsets, nsets, s);
+					 s, nsets, nsets,
+					 p->has_horizon ? psprintf(" (prune() forgot the pairs below version " INT64_FORMAT ")", p->horizon) : "",
+					 p->has_horizon ? "<=" : "=", s);
 	return sql.data;
 }
 
