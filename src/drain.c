@@ -611,6 +611,16 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	int		   *limit;
 
 	/*
+	 * A paused pipeline costs a look, not a row lock: a lock would give the
+	 * step a transaction id and a commit record, which a synchronous standby
+	 * that does not answer would hold up, and with it whoever waits for the
+	 * shard (move_keys_out).
+	 */
+	ProgressRead(p, &rotation, &drain_rotation, &paused);
+	if (paused)
+		return r;
+
+	/*
 	 * Whoever else holds the shard (a flush, a caller of the stages) may hold
 	 * it for long: skip it rather than keep the worker's other pipelines
 	 * waiting.  The next round, at the latest after naptime, looks again.
