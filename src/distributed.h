@@ -45,4 +45,6 @@ extern PGresult *NodeRun(PGconn *conn, const char *servername, const char *sql,
 						 int nparams, const char **params);
 extern char *NodeValue(PGresult *res, int col);
 
+extern void MoveInit(void);
+
 #endif							/* EXACTONCE_DISTRIBUTED_H */

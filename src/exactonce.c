@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "distributed.h"
 #include "drain.h"
 #include "fault.h"
 #include "shmem.h"
@@ -38,6 +39,7 @@ _PG_init(void)
 {
 	DrainInit();
 	FaultInit();
+	MoveInit();
 	UtilityInit();
 	WorkerInit();
 	MarkGUCPrefixReserved("exactonce");

@@ -63,6 +63,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -80,6 +81,24 @@ PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_out);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_in);
 PG_FUNCTION_INFO_V1(exactonce_move_keys);
+
+/* how long a move waits for a lock on a node (ms; 0: as long as it takes) */
+static int	exactonce_move_lock_timeout = 10000;
+
+/*
+ * MoveInit defines exactonce.move_lock_timeout.
+ */
+void
+MoveInit(void)
+{
+	DefineCustomIntVariable("exactonce.move_lock_timeout",
+							"Longest wait of exactonce.move_keys() for a lock on a node.",
+							"The coordinator's producers and readers of the pipeline wait while the move does; past this, the move gives up (55P03) and they go on.",
+							&exactonce_move_lock_timeout,
+							10000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
 
 #define MOVED_TRIGGER	"exactonce_moved_%d_%d"
 
@@ -959,6 +978,8 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	bool		new_node;
 	volatile int64 keys = 0;
 	MemoryContext cxt;
+	Oid			caller;
+	int			caller_sec;
 
 	for (int i = 0; i < 4; i++)
 		if (PG_ARGISNULL(i))
@@ -980,6 +1001,14 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	DistributedOpen(mv.name, &d);
 
+	/*
+	 * The coordinator's part is the owner's, whoever calls: the partitions
+	 * and views made for the new node must be the owner's, as the others are
+	 */
+	GetUserIdAndSecContext(&caller, &caller_sec);
+	SetUserIdAndSecContext(d.owner, caller_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+
 	/* producers and readers at the coordinator wait from here to commit */
 	if (SPI_execute(psprintf("LOCK TABLE %1$s.ingest, %1$s.aggregates, %1$s.nodes IN ACCESS EXCLUSIVE MODE",
 							 quote_identifier(mv.name)), false, 0) < 0)
@@ -999,7 +1028,11 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	PG_TRY();
 	{
 		for (int i = 0; i < 2; i++)
+		{
 			mv.conns[i] = NodeConnect(d.owner, mv.servers[i]);
+			/* the coordinator's producers and readers wait as long as the move */
+			MoveRun(&mv, i, psprintf("SET lock_timeout = %d", exactonce_move_lock_timeout), 0, NULL);
+		}
 		keys = MoveNodes(&mv, &d, new_node);
 	}
 	PG_CATCH();
@@ -1034,6 +1067,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	PG_END_TRY();
 	for (int i = 0; i < 2; i++)
 		PQfinish(mv.conns[i]);
+	SetUserIdAndSecContext(caller, caller_sec);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_INT64(keys);

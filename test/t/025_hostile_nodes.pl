@@ -116,6 +116,18 @@ my $range = $node->safe_psql($db, 'SELECT count(*) FROM bobs.state WHERE exacton
 is($coord->safe_psql($db, "SELECT exactonce.move_keys('bobs', 2, 0, 'bother')"), $range,
 	'and moves its keys (2, 0) to another node');
 
+# a move that meets a lock on a node gives up after move_lock_timeout, and
+# with it the lock that stalls the coordinator's producers and readers
+my $locker = $node->background_psql($db);
+$locker->query_safe('BEGIN; LOCK TABLE bobs.state IN ACCESS EXCLUSIVE MODE');
+my (undef, undef, $move_err) = $coord->psql($db,
+	"\\set VERBOSITY verbose\nSET exactonce.move_lock_timeout = '1s'; SELECT exactonce.move_keys('bobs', 2, 1, 'bother')");
+like($move_err, qr/ERROR:  55P03: on server "bnode":/, 'a move waits for a lock on a node only move_lock_timeout');
+as('bob', "INSERT INTO bobs.ingest (key, version, value, d) VALUES ('after_timeout', 1, 1, 'x')");
+is(as('bob', "SELECT count(*) FROM bobs.aggregates WHERE level = 0"), '1',
+	'and the coordinator\'s producers and readers go on');
+$locker->quit;
+
 # the owner turns hostile: exactonce's functions planted in database evil,
 # the server pointed there, PUBLIC mapped to the node's superuser
 $node->safe_psql(
