@@ -1030,7 +1030,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 		for (int i = 0; i < 2; i++)
 		{
 			mv.conns[i] = NodeConnect(d.owner, mv.servers[i]);
-			/* the coordinator's producers and readers wait as long as the move */
+			/* the coordinator's producers wait as long as the move */
 			MoveRun(&mv, i, psprintf("SET lock_timeout = %d", exactonce_move_lock_timeout), 0, NULL);
 		}
 		keys = MoveNodes(&mv, &d, new_node);
