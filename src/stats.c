@@ -70,9 +70,11 @@ MsInterval(double ms)
  * last_error of a pipeline from the slots of the workers that serve its
  * shards: the pid of shard 0's worker, "draining" if any of them drains it,
  * the latencies of all their recent batches, the error of a failing one.
+ * A pipeline whose progress could not be read (its tables are missing, or
+ * not what exactonce made) is "unreadable", whatever its workers do.
  */
 static void
-WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
+WorkerColumns(int32 id, int nshards, bool paused, bool unreadable, Datum *values, bool *nulls)
 {
 	double		latencies[EXACTONCE_LATENCY_SAMPLES * EXACTONCE_MAX_SHARDS];
 	int			nlatency = 0;
@@ -81,7 +83,7 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 				waiting = false;
 
 	/* without workers, say why: flush() is then what drains */
-	values[1] = CStringGetTextDatum(paused ? "paused" :
+	values[1] = CStringGetTextDatum(unreadable ? "unreadable" : paused ? "paused" :
 									exactonce_shared == NULL ? "not preloaded" : "no worker");
 	nulls[1] = false;
 	if (exactonce_shared == NULL)
@@ -131,8 +133,9 @@ WorkerColumns(int32 id, int nshards, bool paused, Datum *values, bool *nulls)
 
 	if (nulls[0])
 		return;
-	values[1] = CStringGetTextDatum(paused ? "paused" : draining ? "draining" :
-									waiting ? "waiting" : backoff ? "backoff" : "idle");
+	values[1] = CStringGetTextDatum(unreadable ? "unreadable" : paused ? "paused" :
+									draining ? "draining" : waiting ? "waiting" :
+									backoff ? "backoff" : "idle");
 	nulls[1] = false;
 	if (nlatency > 0)
 	{
@@ -288,7 +291,7 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		values[21] = SPI_getbinval(reg, registry->tupdesc, 6, &isnull);
 		nulls[21] = false;
 		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
-					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]),
+					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]), nulls[4],
 					  &values[16], &nulls[16]);
 
 		/*
