@@ -178,11 +178,11 @@ BuildFeedTable(Pipeline *p)
 					 s, s, dims.data, dims.data, s, dims.data);
 
 	/*
-	 * With wal_level = minimal the numbers drawn in the transaction that
-	 * made the sequence are not WAL-logged, nor the credit of numbers they
-	 * leave for later transactions: after a crash the sequence would go
-	 * back and hand out seqs the feed has.  setval() spends that credit, so
-	 * the next number drawn is logged.
+	 * With wal_level = minimal the numbers drawn in the transaction that made
+	 * the sequence are not WAL-logged, nor the credit of numbers they leave
+	 * for later transactions: after a crash the sequence would go back and
+	 * hand out seqs the feed has.  setval() spends that credit, so the next
+	 * number drawn is logged.
 	 */
 	appendStringInfo(&sql, "SELECT pg_catalog.setval(pg_catalog.pg_get_serial_sequence(%1$s, 'seq'),"
 					 " COALESCE(pg_catalog.max(seq), 1), pg_catalog.max(seq) IS NOT NULL) FROM %2$s.feed;\n",
