@@ -111,7 +111,14 @@ SELECT exactonce.flush('pruned');
 SELECT horizon, forgotten FROM exactonce.prune('pruned', 5);
 SELECT item, detail, ok FROM exactonce.verify('pruned') WHERE item = 'seen';
 SELECT count(*) AS failing FROM exactonce.verify('pruned') WHERE NOT ok;
-SELECT exactonce.drop_pipeline('empty'), exactonce.drop_pipeline('pruned');
+-- a dimension that no grouping set has: NULL in every cell
+SELECT exactonce.create_pipeline('halfset', ARRAY['region', 'desk'], grouping_sets => '(region)');
+INSERT INTO halfset.ingest (key, version, value, region, desk) VALUES ('k1', 1, 5, 'a', 'x'), ('k2', 1, 7, 'b', 'y');
+SELECT exactonce.flush('halfset');
+SELECT count(*) AS failing FROM exactonce.verify('halfset') WHERE NOT ok;
+SELECT exactonce.rebuild('halfset') AS cells;
+SELECT region, desk, level, total, keys FROM halfset.aggregates ORDER BY region;
+SELECT exactonce.drop_pipeline('empty'), exactonce.drop_pipeline('pruned'), exactonce.drop_pipeline('halfset');
 
 -- refused
 SELECT pg_temp.err($$SELECT exactonce.rebuild('ta')$$);

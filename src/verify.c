@@ -100,14 +100,21 @@ static char *
 BuildRecompute(Pipeline *p)
 {
 	StringInfoData sql;
+	uint32		grouped = 0;	/* the dimensions some grouping has */
 
+	for (int s = 0; s < (p->rollup ? p->ndims + 1 : p->nsets); s++)
+		grouped |= p->rollup ? CELL_LEVEL_MASK(s) : p->sets[s];
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "SELECT ");
+
+	/* a dimension no grouping has is NULL in every cell, and in no GROUPING */
 	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
-	appendStringInfo(&sql, "%d", p->ndims);
+		appendStringInfo(&sql, "%s%s, ", grouped & ((uint32) 1 << i) ? "" : "NULL::pg_catalog.text AS ",
+						 quote_identifier(p->dims[i]));
+	appendStringInfo(&sql, "%d", pg_popcount32(grouped));
 	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, " OPERATOR(pg_catalog.-) GROUPING(%s)", quote_identifier(p->dims[i]));
+		if (grouped & ((uint32) 1 << i))
+			appendStringInfo(&sql, " OPERATOR(pg_catalog.-) GROUPING(%s)", quote_identifier(p->dims[i]));
 	appendStringInfoString(&sql, " AS level, pg_catalog.sum(value) AS total, pg_catalog.count(*) AS keys");
 	for (int i = 0; i < p->nmeasures; i++)
 	{
