@@ -211,7 +211,7 @@ sub check_sql
 	for my $v (@{ $M->{views} })
 	{
 		$sql .= diff("view $v->{vname}",
-			'SELECT ' . join(', ', ExactonceModel::model_view_cols($M, $v)) . " FROM $n.$v->{vname}",
+			'SELECT ' . join(', ', model_view_cols($M, $v)) . " FROM $n.$v->{vname}",
 			model_view_oracle_sql($M, $v));
 	}
 	$sql .= qq{SELECT 'counters', concat_ws(',', ingested, dead_lettered,
@@ -490,7 +490,7 @@ sub exec_step
 			  . join('', map { "UPDATE $n.dead_letters SET $_ = 1 WHERE $_ = 'NaN';\n" } @{ $M->{cfg}{measures} });
 		}
 		my @dead = map { { %$_, ev => ($st->{fix} ? model_fix_event($_->{ev}) : $_->{ev}) } } @{ $M->{dead} };
-		my @pick = ExactonceModel::model_replay_pick({ %$M, dead => \@dead }, $st->{filter});
+		my @pick = model_replay_pick({ %$M, dead => \@dead }, $st->{filter});
 		my @evs = map { $dead[$_]{ev} } @pick;
 		my $res = model_classify($M, \@evs);
 		return { invalid => $res->{amb} } if defined $res->{amb};
@@ -827,7 +827,7 @@ sub shrink
 		}
 		last if $k >= @body || time > $deadline;
 	}
-	return (undef, $tries) unless defined $at;
+	return (undef, $tries, time > $deadline) unless defined $at;
 	my $chunks = 2;
 	while (@body >= 1 && time < $deadline)
 	{
@@ -870,9 +870,10 @@ sub run_seed
 	my $t0 = time;
 	diag("$E->{label}: seed $seed, $nsteps steps");
 	my ($M, @gen, @fails, %sigs);
-	my ($gens, $name) = (0, undef);
+	my ($gens, $name, $ran) = (0, undef, 0);
 	for my $done (1 .. $nsteps)
 	{
+		$ran = $done;
 		my $st;
 		if (!$M)
 		{
@@ -903,8 +904,9 @@ sub run_seed
 			if (!$sigs{ $f->{sig} }++)
 			{
 				my $t = time;
-				my ($short, $tries) = shrink($E, $f->{seq}, $f->{sig});
+				my ($short, $tries, $late) = shrink($E, $f->{seq}, $f->{sig});
 				$f->{short} = $short;
+				$f->{late} = $late;
 				$f->{shrink} = sprintf('%d replays, %.0f s', $tries, time - $t);
 			}
 			forget($E, $name);
@@ -919,7 +921,7 @@ sub run_seed
 	$M = undef;
 	forget($E, $name) if defined $name;
 	my $secs = time - $t0;
-	my $summary = sprintf('%s, seed %s: %d steps over %d pipelines in %.0f s', $E->{label}, $seed, $nsteps, $gens, $secs);
+	my $summary = sprintf('%s, seed %s: %d steps over %d pipelines in %.0f s', $E->{label}, $seed, $ran, $gens, $secs);
 	ok(!@fails, $summary . (@fails ? ', ' . scalar(@fails) . ' failures' : ', every check held'));
 	for my $f (@fails)
 	{
@@ -931,7 +933,8 @@ sub run_seed
 			$msg .= "the sequence of its pipeline:\n" . show($f->{seq});
 			$msg .= defined $f->{short}
 			  ? "shortened ($f->{shrink}), it still fails so on a fresh pipeline:\n" . show($f->{short})
-			  : "on a fresh pipeline it does not fail so ($f->{shrink}): it needs what came before\n";
+			  : $f->{late} ? "no shorter sequence failed so within the time allowed ($f->{shrink})\n"
+			  : "on a fresh pipeline it does not fail so ($f->{shrink}): it needs what came before, or a race\n";
 		}
 		else
 		{

@@ -34,7 +34,8 @@ use List::Util qw(max min shuffle first);
 our @EXPORT = qw(model_new model_classify model_commit model_prune model_replay_pick
   model_fix_event model_cells_sql model_agg_cols model_oracle_sql model_sync_sql
   model_view_oracle_sql model_cell_dims model_insert_sql model_describe gen_config
-  gen_step gen_create model_sig model_wstart model_key_count lit numlit);
+  gen_step gen_create model_sig model_wstart model_key_count lit numlit filter_sql create_sql
+  remember model_unambiguous model_view_cols);
 
 # 2024-05-01 08:00:00 UTC: event times start here
 our $BASE_TIME = 1714550400;
@@ -321,11 +322,14 @@ sub model_commit
 }
 
 # model_prune(M, below, dead_letters): prune(); returns (horizon, forgotten,
-# dead letters deleted)
+# dead letters deleted).  It forgets below the new horizon, the greater of
+# below and the horizon set before (what was forgotten stays forgotten:
+# retention.c; README says "below below_version")
 sub model_prune
 {
 	my ($M, $below, $dl) = @_;
 	my $forgot = 0;
+	$below = max($below, $M->{h}) if $M->{has_h};
 	if ($M->{cfg}{mode} eq 'latest')
 	{
 		for my $k (keys %{ $M->{st} })
@@ -630,7 +634,6 @@ sub filter_sql
 	return 'key = ' . lit($f->{key}) if defined $f->{key};
 	return 'reason LIKE ' . lit("$f->{reason}%");
 }
-push @EXPORT, 'filter_sql';
 
 #
 # The generator: random operations, made from the model's state, that the
@@ -732,7 +735,6 @@ sub create_sql
 	  . ($c->{window} ? ", window_width => '$c->{window} seconds', allowed_lateness => '$c->{lateness} seconds'" : '')
 	  . ", grouping_sets => " . lit($c->{grouping}) . ')';
 }
-push @EXPORT, 'create_sql';
 
 # gen_create(dist): a create step, after some declarations that must be
 # refused (single server only)
@@ -933,7 +935,6 @@ sub model_unambiguous
 	}
 	return \@evs;
 }
-push @EXPORT, 'model_unambiguous';
 
 # remember(M, events): what the generator sent
 sub remember
@@ -947,7 +948,6 @@ sub remember
 	}
 	return;
 }
-push @EXPORT, 'remember';
 
 # gen_view(M): a view to create: plain and computed keys, a filter, or one
 # that must be refused
