@@ -1058,7 +1058,8 @@ PipelineDefinition(HeapTuple tup, TupleDesc desc)
 
 /*
  * PipelineFill completes a Pipeline from its registry row, and locks and
- * checks the tables that tables names (SHAPE_*).
+ * checks the tables that tables names (SHAPE_*); NULL if the pipeline was
+ * dropped while it waited for them.
  */
 static Pipeline *
 PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
@@ -1100,7 +1101,8 @@ PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 				 errmsg("relations of pipeline \"%s\" are missing", p->name),
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
-	ShapeCheck(p, tables);
+	if (!ShapeCheck(p, tables))
+		return NULL;
 	CheckOwnership(p);
 	CheckNotCitus(p);
 	return p;
@@ -1126,12 +1128,12 @@ PipelineLoad(const char *name, bool for_owner)
 								 1, types);
 	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
-	if (SPI_processed == 0)
+	p = SPI_processed == 0 ? NULL : PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SHAPE_ALL);
+	if (p == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("pipeline \"%s\" does not exist", name),
 				 errhint("The view exactonce.pipelines lists the pipelines; exactonce.create_pipeline() creates one.")));
-	p = PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SHAPE_ALL);
 	if (for_owner && !has_privs_of_role(GetUserId(), p->owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -1439,8 +1441,12 @@ ForcePipelineDrop(const char *name)
 	owned = tup != NULL && ((Form_pg_namespace) GETSTRUCT(tup))->nspowner == owner;
 	if (tup != NULL)
 		ReleaseSysCache(tup);
-	if (owned && SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
-		elog(ERROR, "could not drop schema of pipeline \"%s\"", name);
+	if (owned)
+	{
+		ShapeLockForDrop(nspid);
+		if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
+			elog(ERROR, "could not drop schema of pipeline \"%s\"", name);
+	}
 	RegistryExec("DELETE FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 				 1, types, values, 1);
 	ForgetMoves(name);
@@ -1481,7 +1487,12 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
 
-	/* wait for batches in progress and for inserters, and keep both out */
+	/*
+	 * wait for batches in progress and for inserters, and keep both out; in
+	 * the lock order, so that none of them waits for the drop while the drop
+	 * waits for it
+	 */
+	ShapeLockForDrop(p->nspid);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	QueueFreeze(p);
 	{

@@ -26,9 +26,11 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_type.h"
 #include "storage/lmgr.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -55,6 +57,19 @@ typedef struct ShapeTable
 	int			n;
 	ShapeColumn cols[SHAPE_MAX_COLUMNS];
 } ShapeTable;
+
+/*
+ * The lock order of a pipeline's tables.  The queue comes first because an
+ * INSERT locks it before its default reads progress (queue.c); the
+ * partitions come last, because the stages open them only once they hold
+ * the rest.  Every path takes the tables it needs in this order, and a drop
+ * takes all of them so (ShapeLockForDrop): two of them never wait for each
+ * other in a circle.
+ */
+static const char *const shape_lock_order[] = {
+	"ingest", "progress", "shard", "ledger", "feed", "state", "seen",
+	"aggregates", "dead_letters", "distincts", "ingest_0", "ingest_1"
+};
 
 /* tables found to have their shape, by OID */
 static HTAB *shape_checked = NULL;
@@ -306,15 +321,18 @@ ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char 
  * ShapeCheckTable locks a table of a pipeline and, unless it passed since
  * it last changed, checks the type of every column exactonce touches.
  */
-static void
+static bool
 ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 {
 	ShapeTable *t;
 	bool		found;
 
 	if (!OidIsValid(relid))
-		return;
+		return true;
 	LockRelationOid(relid, AccessShareLock);
+	/* dropped while this waited for the lock */
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		return false;
 	if (shape_checked == NULL)
 	{
 		HASHCTL		ctl = {.keysize = sizeof(Oid),.entrysize = sizeof(Oid),.hcxt = CacheMemoryContext};
@@ -324,7 +342,7 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 		CacheRegisterRelcacheCallback(ShapeInvalidate, (Datum) 0);
 	}
 	if (hash_search(shape_checked, &relid, HASH_FIND, NULL) != NULL)
-		return;
+		return true;
 
 	t = palloc(sizeof(ShapeTable));
 	if (!ShapeOf(p, table, t))
@@ -333,33 +351,71 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 		ShapeCheckColumn(relid, p->name, table, t->cols[i].name, t->cols[i].type);
 	pfree(t);
 	(void) hash_search(shape_checked, &relid, HASH_ENTER, &found);
+	return true;
 }
 
 /*
  * ShapeCheck locks the tables of a pipeline that tables names (SHAPE_*
- * bits) and checks their columns' types, as above.
+ * bits) and checks their columns' types, as above.  It locks them in the
+ * pipeline's lock order (shape_lock_order): the queue first, as an INSERT
+ * does before its default reads progress.  It returns false if one was
+ * dropped while it waited for its lock: the pipeline is gone.
  */
-void
+bool
 ShapeCheck(Pipeline *p, uint32 tables)
 {
-	if (tables & SHAPE_PROGRESS)
-		ShapeCheckTable(p, p->progress, "progress");
-	if (tables & SHAPE_SHARD)
-		ShapeCheckTable(p, p->shard, "shard");
-	if (tables & SHAPE_INGEST)
-		ShapeCheckTable(p, p->ingest, "ingest");
-	if (tables & SHAPE_LEDGER)
-		ShapeCheckTable(p, get_relname_relid("ledger", p->nspid), "ledger");
-	if ((tables & SHAPE_FEED) && p->feed)
-		ShapeCheckTable(p, get_relname_relid("feed", p->nspid), "feed");
+	StaticAssertStmt(EXACTONCE_SLOTS == 2, "shape_lock_order names two partitions");
+	if ((tables & SHAPE_INGEST) && !ShapeCheckTable(p, p->ingest, "ingest"))
+		return false;
+	if ((tables & SHAPE_PROGRESS) && !ShapeCheckTable(p, p->progress, "progress"))
+		return false;
+	if ((tables & SHAPE_SHARD) && !ShapeCheckTable(p, p->shard, "shard"))
+		return false;
+	if ((tables & SHAPE_LEDGER) &&
+		!ShapeCheckTable(p, get_relname_relid("ledger", p->nspid), "ledger"))
+		return false;
+	if ((tables & SHAPE_FEED) && p->feed &&
+		!ShapeCheckTable(p, get_relname_relid("feed", p->nspid), "feed"))
+		return false;
 	if (tables & SHAPE_DATA)
+		return ShapeCheckTable(p, p->state, "state") &&
+			(p->mode != PIPELINE_ACCUMULATE || ShapeCheckTable(p, p->seen, "seen")) &&
+			ShapeCheckTable(p, get_relname_relid("aggregates", p->nspid), "aggregates") &&
+			ShapeCheckTable(p, get_relname_relid("dead_letters", p->nspid), "dead_letters") &&
+			(p->ndistinct == 0 || ShapeCheckTable(p, p->distinct_values, "distincts"));
+	return true;
+}
+/*
+ * ShapeLockForDrop takes the ACCESS EXCLUSIVE lock a drop needs on every
+ * table of a pipeline's schema nspid (SPI connected), in an order no other
+ * path can close a circle with: its views first, which only readers open,
+ * each before the tables under it; then the tables in the lock order above.
+ * DROP SCHEMA would lock them in the order they were made, progress before
+ * the queue, and deadlock with an INSERT that holds the queue and waits to
+ * read progress.
+ */
+void
+ShapeLockForDrop(Oid nspid)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(nspid)};
+
+	if (SPI_execute_with_args("SELECT oid FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) $1"
+							  " AND relkind OPERATOR(pg_catalog.=) ANY ('{v,m}'::pg_catalog.\"char\"[])"
+							  " ORDER BY oid", 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the views of a pipeline");
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		ShapeCheckTable(p, p->state, "state");
-		if (p->mode == PIPELINE_ACCUMULATE)
-			ShapeCheckTable(p, p->seen, "seen");
-		ShapeCheckTable(p, get_relname_relid("aggregates", p->nspid), "aggregates");
-		ShapeCheckTable(p, get_relname_relid("dead_letters", p->nspid), "dead_letters");
-		if (p->ndistinct > 0)
-			ShapeCheckTable(p, p->distinct_values, "distincts");
+		bool		isnull;
+
+		LockRelationOid(DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull)),
+						AccessExclusiveLock);
+	}
+	for (int i = 0; i < lengthof(shape_lock_order); i++)
+	{
+		Oid			relid = get_relname_relid(shape_lock_order[i], nspid);
+
+		if (OidIsValid(relid))
+			LockRelationOid(relid, AccessExclusiveLock);
 	}
 }

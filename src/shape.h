@@ -21,7 +21,8 @@
 #define SHAPE_MONITOR	(SHAPE_PROGRESS | SHAPE_SHARD | SHAPE_INGEST | SHAPE_LEDGER)
 #define SHAPE_ALL		0x3f
 
-extern void ShapeCheck(Pipeline *p, uint32 tables);
+extern bool ShapeCheck(Pipeline *p, uint32 tables);
+extern void ShapeLockForDrop(Oid nspid);
 extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
 							 const char *column, Oid type);
