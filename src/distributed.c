@@ -19,8 +19,9 @@
  *	   seen on two nodes would count twice) and are refused;
  *	 - nodes, a view of each node's row of exactonce.pipelines.
  * A node that is down makes an insert for its keys, or a read of the
- * aggregates, fail with an error that names its server; nothing partial is
- * returned.  A producer whose statement failed resends it: the events that
+ * aggregates, fail with an error that names its server (postgres_fdw's, on
+ * connecting; one that goes down mid-transaction fails it without the
+ * name); nothing partial is returned.  A producer whose statement failed resends it: the events that
  * reached a node before are duplicates there.
  *
  * The nodes are reached through libpq, the way postgres_fdw connects, to
