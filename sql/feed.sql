@@ -28,7 +28,10 @@ SELECT exactonce.set_feed('fd', true);
 SELECT name, feed FROM exactonce.pipelines;
 SELECT seq, level, region, desk, old_total, new_total, old_keys, new_keys FROM fd.feed ORDER BY seq;
 
--- a move, a new key and a tombstone: one change per cell of the reduce
+-- a move, a new key and a tombstone: one change per cell of the reduce.
+-- No consumer has read the feed yet, so the flush folds what all of them
+-- (none) have read: each cell keeps one row, its last change, from nothing
+-- (EMEA/d1, which came and left, keeps none)
 INSERT INTO fd.ingest (key, version, value, region, desk, deleted) VALUES
 	('a', 2, 15, 'APAC', 'd1', false), ('c', 1, 5, 'EMEA', 'd2', false), ('b', 2, 20, 'EMEA', 'd2', true);
 SELECT exactonce.flush('fd');
@@ -99,6 +102,73 @@ SET ROLE regress_feed_reader;
 SELECT count(*) AS changes FROM exactonce.feed_read('fd', 'c3');
 SELECT count(*) AS visible_consumers FROM exactonce.feed_consumers;
 RESET ROLE;
+
+-- retention: below the least position of the consumers each cell's
+-- changes are folded into its last; above it nothing is touched
+SELECT exactonce.create_pipeline('fr', ARRAY['region']);
+SELECT exactonce.set_feed('fr', true);
+SELECT count(*) AS registered FROM exactonce.feed_read('fr', 'fast');
+SELECT count(*) AS registered FROM exactonce.feed_read('fr', 'slow');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 1, 10, 'EMEA');
+SELECT exactonce.flush('fr');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 2, 20, 'EMEA');
+SELECT exactonce.flush('fr');
+SELECT count(*) AS read_by_fast FROM exactonce.feed_read('fr', 'fast');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 3, 30, 'EMEA'), ('b', 1, 5, 'APAC');
+SELECT exactonce.flush('fr');
+SELECT seq, level, region, old_total, new_total, old_keys, new_keys FROM fr.feed ORDER BY seq;
+SELECT count(*) AS read_by_slow FROM exactonce.feed_read('fr', 'slow', 4);
+SELECT exactonce.flush('fr');
+SELECT seq, level, region, old_total, new_total, old_keys, new_keys FROM fr.feed ORDER BY seq;
+-- the consumers go on where they were; one that starts now gets the
+-- folded feed, whose changes still add up to the aggregates
+SELECT seq FROM exactonce.feed_read('fr', 'slow');
+SELECT seq FROM exactonce.feed_read('fr', 'fast');
+CREATE TEMP TABLE late AS SELECT * FROM exactonce.feed_read('fr', 'late');
+SELECT count(*) AS mismatches FROM (
+	(SELECT level, cell[1], sum(new_total - old_total), sum(new_keys - old_keys) FROM late
+	 GROUP BY 1, 2 EXCEPT SELECT level, region, total, keys FROM fr.aggregates)
+	UNION ALL
+	(SELECT level, region, total, keys FROM fr.aggregates
+	 EXCEPT SELECT level, cell[1], sum(new_total - old_total), sum(new_keys - old_keys) FROM late
+	 GROUP BY 1, 2)) m;
+SELECT exactonce.drop_feed_consumer('fr', 'late');
+
+-- a consumer that lags past exactonce.feed_max_lag changes is invalidated
+-- at the next fold, loudly, and holds nothing back; its reads fail until it
+-- is dropped, and then it starts from the feed's start
+SET exactonce.feed_max_lag = 5;
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 4, 40, 'EMEA'), ('b', 2, 6, 'APAC');
+SELECT exactonce.flush('fr');
+SELECT count(*) AS read_by_fast FROM exactonce.feed_read('fr', 'fast');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 5, 50, 'EMEA'), ('b', 3, 7, 'APAC');
+SELECT exactonce.flush('fr');
+SELECT consumer, position, invalidated_at IS NOT NULL AS invalidated, invalidation_reason
+FROM exactonce.feed_consumers WHERE pipeline = 'fr' ORDER BY consumer;
+SELECT feed_consumers_invalidated FROM exactonce.pipelines WHERE name = 'fr';
+SELECT pg_temp.err($$SELECT * FROM exactonce.feed_read('fr', 'slow')$$);
+SELECT seq, level, region, old_total, new_total FROM fr.feed ORDER BY seq;
+SET ROLE regress_feed_reader;
+SELECT pg_temp.err($$SELECT exactonce.drop_feed_consumer('fr', 'slow')$$);
+RESET ROLE;
+SELECT exactonce.drop_feed_consumer('fr', 'slow') AS dropped, exactonce.drop_feed_consumer('fr', 'slow') AS again;
+SELECT feed_consumers_invalidated FROM exactonce.pipelines WHERE name = 'fr';
+SELECT seq, new_total FROM exactonce.feed_read('fr', 'slow');
+RESET exactonce.feed_max_lag;
+
+-- ... or whose oldest unread change is older than exactonce.feed_max_lag_age
+SET exactonce.feed_max_lag_age = '1s';
+SELECT count(*) AS read_by_fast FROM exactonce.feed_read('fr', 'fast');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 6, 60, 'EMEA');
+SELECT exactonce.flush('fr');
+SELECT count(*) AS read_by_fast FROM exactonce.feed_read('fr', 'fast');
+SELECT pg_sleep(1.2);
+SELECT exactonce.flush('fr');
+SELECT consumer, invalidated_at IS NOT NULL AS invalidated FROM exactonce.feed_consumers
+WHERE pipeline = 'fr' ORDER BY consumer;
+RESET exactonce.feed_max_lag_age;
+SELECT pg_temp.err($$SET exactonce.feed_max_lag = -2$$);
+SELECT exactonce.drop_pipeline('fr');
 
 -- off: the feed and the positions go
 SELECT exactonce.set_feed('fd', false);

@@ -113,7 +113,10 @@ WHERE a.attname = 'ingest_slot' ORDER BY 1;
 -- 1.7: the moves' totals are the owners', not PUBLIC's
 SELECT has_table_privilege('regress_upgrade_owner', 'exactonce.key_move', 'SELECT') AS reads_key_move,
 	has_table_privilege('regress_upgrade_owner', 'exactonce.key_moves', 'SELECT') AS reads_key_moves;
-SELECT name, ingested FROM exactonce.pipelines WHERE name = 'renamed';
+-- 1.8: a feed's consumers can be invalidated, and dropped
+SELECT name, ingested, feed_consumers_invalidated FROM exactonce.pipelines WHERE name = 'renamed';
+SELECT attname FROM pg_attribute WHERE attrelid = 'exactonce.feed_position'::regclass AND attname LIKE 'invalidat%' ORDER BY 1;
+SELECT 'exactonce.drop_feed_consumer(text,text)'::regprocedure;
 SELECT exactonce.drop_pipeline('renamed', true);
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE regress_upgrade_owner;

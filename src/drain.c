@@ -46,6 +46,7 @@
 #include "drain.h"
 #include "event.h"
 #include "fault.h"
+#include "feed.h"
 #include "map.h"
 #include "progress.h"
 #include "queue.h"
@@ -695,6 +696,8 @@ exactonce_flush(PG_FUNCTION_ARGS)
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
 	taken = DrainPipeline(p);
+	/* the workers fold the feed; so does a flush, which may be all there is */
+	(void) FeedTrim(p);
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

@@ -22,6 +22,7 @@
 #include "distributed.h"
 #include "drain.h"
 #include "fault.h"
+#include "feed.h"
 #include "shmem.h"
 #include "utility.h"
 #include "worker.h"
@@ -39,6 +40,7 @@ _PG_init(void)
 {
 	DrainInit();
 	FaultInit();
+	FeedInit();
 	MoveInit();
 	UtilityInit();
 	WorkerInit();

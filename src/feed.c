@@ -21,6 +21,22 @@
  * each reduce that changed cells also sends NOTIFY exactonce_feed with the
  * pipeline's name, at its commit.
  *
+ * Retention, as replication slots keep WAL: the workers (and flush) fold
+ * what every consumer has read (FeedTrim).  Below the least position of the
+ * consumers, each cell keeps one row, its last change, whose old total and
+ * key count become those of its first change there: a cell from nothing
+ * to what it was at that position.  A cell that came from nothing and left
+ * again keeps none.  The consumers never read below their positions again;
+ * a consumer that starts afresh reads each cell's changes folded, and they
+ * still add up to the aggregates, and each cell's last change is still its
+ * row.  So the feed holds a row per live cell plus what some consumer has
+ * not read.  A consumer that lags more than exactonce.feed_max_lag changes
+ * or exactonce.feed_max_lag_age behind is invalidated, loudly, as
+ * max_slot_wal_keep_size invalidates a slot: its reads fail until it is
+ * dropped (drop_feed_consumer), and it holds nothing back.  The fold runs
+ * under an EXCLUSIVE lock on the feed, taken without waiting, which every
+ * feed_read's ROW SHARE lock holds off: no read is ever half on each side.
+ *
  * Rights: set_feed() is for the owner; feed_read() needs SELECT on the
  * feed, and reads it as the pipeline's owner.  The positions table belongs
  * to the extension's owner and grants nothing to PUBLIC; a consumer's row
@@ -33,6 +49,7 @@
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "storage/lmgr.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -41,6 +58,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
@@ -51,6 +69,33 @@
 
 PG_FUNCTION_INFO_V1(exactonce_set_feed);
 PG_FUNCTION_INFO_V1(exactonce_feed_read);
+PG_FUNCTION_INFO_V1(exactonce_drop_feed_consumer);
+
+/* how far a consumer may lag: changes, and seconds (-1: no limit) */
+static int	exactonce_feed_max_lag = -1;
+static int	exactonce_feed_max_lag_age = -1;
+
+/*
+ * FeedInit defines the settings of feed retention.
+ */
+void
+FeedInit(void)
+{
+	DefineCustomIntVariable("exactonce.feed_max_lag",
+							"Most changes of a feed a consumer may have left to read before it is invalidated.",
+							"-1: no limit; the feed keeps every change its slowest consumer has not read.",
+							&exactonce_feed_max_lag,
+							-1, -1, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("exactonce.feed_max_lag_age",
+							"Oldest change of a feed a consumer may have left to read before it is invalidated.",
+							"-1: no limit.",
+							&exactonce_feed_max_lag_age,
+							-1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
 
 #define FEED_CHANNEL		"exactonce_feed"
 #define CONSUMER_MAX_LEN	255
@@ -247,7 +292,8 @@ exactonce_set_feed(PG_FUNCTION_ARGS)
 
 /* the statements on exactonce.feed_position, as its owner */
 static const char *const position_lock =
-"SELECT position, owner FROM exactonce.feed_position WHERE pipeline_id = $1 AND consumer = $2 FOR UPDATE";
+"SELECT position, owner, invalidated_at, invalidation_reason FROM exactonce.feed_position"
+" WHERE pipeline_id = $1 AND consumer = $2 FOR UPDATE";
 static const char *const position_create =
 "INSERT INTO exactonce.feed_position (pipeline_id, consumer, owner) VALUES ($1, $2, $3)"
 " ON CONFLICT (pipeline_id, consumer) DO NOTHING";
@@ -288,6 +334,15 @@ LockPosition(Oid table_owner, Pipeline *p, text *consumer)
 						 errdetail("A consumer's position is read and moved only by the role that made it (%s) or the pipeline's owner.",
 								   GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "a dropped role"),
 						 errhint("Read the feed under a consumer name of your own.")));
+			(void) SPI_getbinval(tup, SPI_tuptable->tupdesc, 3, &isnull);
+			if (!isnull)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("consumer \"%s\" of the feed of pipeline \"%s\" was invalidated",
+								text_to_cstring(consumer), p->name),
+						 errdetail("%s", TextDatumGetCString(SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &isnull))),
+						 errhint("Drop it with exactonce.drop_feed_consumer('%s', '%s'); a consumer of its name then reads the feed from its start.",
+								 p->name, text_to_cstring(consumer))));
 			return position;
 		}
 		StatementExecAs(table_owner, StatementPrepareFixed(position_create, 3, types),
@@ -351,6 +406,8 @@ exactonce_feed_read(PG_FUNCTION_ARGS)
 				 errmsg("permission denied for the feed of pipeline \"%s\"", p->name),
 				 errhint("Reading the feed needs SELECT on %s.feed.", quote_identifier(p->name))));
 
+	/* no fold of the feed (FeedTrim) while this reads */
+	LockRelationOid(feed, RowShareLock);
 	table_owner = StatementTableOwner("feed_position");
 	position = LockPosition(table_owner, p, consumer);
 
@@ -396,4 +453,187 @@ exactonce_feed_read(PG_FUNCTION_ARGS)
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/*
+ * exactonce_drop_feed_consumer forgets a consumer of a pipeline's feed, and
+ * returns whether there was one: its role, a member of it or the pipeline's
+ * owner may.  The feed no longer keeps what it had not read.
+ */
+Datum
+exactonce_drop_feed_consumer(PG_FUNCTION_ARGS)
+{
+	Pipeline   *p;
+	text	   *consumer;
+	int			nestlevel;
+	bool		found;
+	Oid			table_owner;
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", PG_ARGISNULL(0) ? "pipeline" : "consumer")));
+	consumer = PG_GETARG_TEXT_PP(1);
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	table_owner = StatementTableOwner("feed_position");
+	values[0] = Int32GetDatum(p->id);
+	values[1] = PointerGetDatum(consumer);
+	StatementExecAs(table_owner,
+					StatementPrepareFixed("SELECT owner FROM exactonce.feed_position"
+										  " WHERE pipeline_id = $1 AND consumer = $2 FOR UPDATE", 2, types),
+					values, NULL, false, -1);
+	found = SPI_processed == 1;
+	if (found)
+	{
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+
+		if (!has_privs_of_role(GetUserId(), owner) && !has_privs_of_role(GetUserId(), p->owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("consumer \"%s\" of the feed of pipeline \"%s\" belongs to another role",
+							text_to_cstring(consumer), p->name),
+					 errhint("Only the role that made it, its members and the pipeline's owner drop it.")));
+		StatementExecAs(table_owner,
+						StatementPrepareFixed("DELETE FROM exactonce.feed_position"
+											  " WHERE pipeline_id = $1 AND consumer = $2", 2, types),
+						values, NULL, false, 1);
+	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_BOOL(found);
+}
+
+/*
+ * InvalidateLagging invalidates the consumers of a pipeline's feed that lag
+ * past the limits, with a WARNING each, and returns the least position of
+ * the others, or last (the feed's last seq) if there are none.  As the
+ * pipeline's owner.
+ */
+static int64
+InvalidateLagging(Pipeline *p, Oid table_owner, int64 last)
+{
+	Oid			types[4] = {INT4OID, TEXTOID, TEXTOID, INT8OID};
+	Datum		values[4];
+	int64		least = last;
+	SPITupleTable *consumers;
+	uint64		n;
+
+	values[0] = Int32GetDatum(p->id);
+	StatementExecAs(table_owner,
+					StatementPrepareFixed("SELECT consumer, position FROM exactonce.feed_position"
+										  " WHERE pipeline_id = $1 AND invalidated_at IS NULL", 1, types),
+					values, NULL, false, -1);
+	consumers = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		name = SPI_getbinval(consumers->vals[i], consumers->tupdesc, 1, &isnull);
+		int64		position = DatumGetInt64(SPI_getbinval(consumers->vals[i], consumers->tupdesc, 2, &isnull));
+		char	   *reason = NULL;
+
+		CHECK_FOR_INTERRUPTS();
+		if (exactonce_feed_max_lag >= 0 && last - position > exactonce_feed_max_lag)
+			reason = psprintf("It had " INT64_FORMAT " changes left to read, more than exactonce.feed_max_lag (%d).",
+							  last - position, exactonce_feed_max_lag);
+		else if (exactonce_feed_max_lag_age >= 0 && position < last)
+		{
+			Oid			t[1] = {INT8OID};
+			Datum		v[1] = {Int64GetDatum(position)};
+
+			if (SPI_execute_with_args(psprintf("SELECT pg_catalog.now() OPERATOR(pg_catalog.-) changed_at"
+											   " OPERATOR(pg_catalog.>) pg_catalog.make_interval(secs => %d)"
+											   " FROM %s.feed WHERE seq OPERATOR(pg_catalog.>) $1 ORDER BY seq LIMIT 1",
+											   exactonce_feed_max_lag_age, quote_identifier(p->name)),
+									  1, t, v, NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not read the feed of pipeline \"%s\"", p->name);
+			if (SPI_processed == 1 && DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+				reason = psprintf("Its oldest change left to read was older than exactonce.feed_max_lag_age (%d s).",
+								  exactonce_feed_max_lag_age);
+		}
+		if (reason == NULL)
+		{
+			least = Min(least, position);
+			continue;
+		}
+		values[1] = name;
+		values[2] = CStringGetTextDatum(reason);
+		StatementExecAs(table_owner,
+						StatementPrepareFixed("UPDATE exactonce.feed_position SET invalidated_at = pg_catalog.now(),"
+											  " invalidation_reason = $3 WHERE pipeline_id = $1 AND consumer = $2",
+											  3, types),
+						values, NULL, false, 1);
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("invalidating consumer \"%s\" of the feed of pipeline \"%s\"",
+						TextDatumGetCString(name), p->name),
+				 errdetail("%s", reason),
+				 errhint("Its reads fail from now on; drop it with exactonce.drop_feed_consumer().")));
+	}
+	return least;
+}
+
+/*
+ * FeedTrim folds the changes of a pipeline's feed that every consumer has
+ * read (see the top of the file), first invalidating those that lag past
+ * the limits, and returns how many rows it removed; 0 without doing
+ * anything when a reader or a reduce holds the feed.  As the pipeline's
+ * owner.
+ */
+int64
+FeedTrim(Pipeline *p)
+{
+	Oid			feed = get_relname_relid("feed", p->nspid);
+	Oid			table_owner = StatementTableOwner("feed_position");
+	StringInfoData sql;
+	StringInfoData cell;
+	const char *s = quote_identifier(p->name);
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	int64		last,
+				below;
+	bool		isnull;
+
+	if (!p->feed || !OidIsValid(feed) || !ConditionalLockRelationOid(feed, ExclusiveLock))
+		return 0;
+	/* not read-only: what this transaction drained before is to be seen */
+	if (SPI_execute(psprintf("SELECT pg_catalog.max(seq) FROM %s.feed", s), false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the feed of pipeline \"%s\"", p->name);
+	values[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return 0;
+	last = DatumGetInt64(values[0]);
+	below = InvalidateLagging(p, table_owner, last);
+
+	initStringInfo(&cell);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&cell, "%s%s", i > 0 ? ", " : "", quote_identifier(p->dims[i]));
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "WITH r AS (SELECT seq, pg_catalog.first_value(old_total) OVER w AS first_total,"
+					 " pg_catalog.first_value(old_keys) OVER w AS first_keys,"
+					 " pg_catalog.last_value(seq) OVER w AS last_seq, pg_catalog.count(*) OVER w AS n,"
+					 " pg_catalog.last_value(new_total) OVER w AS last_total,"
+					 " pg_catalog.last_value(new_keys) OVER w AS last_keys"
+					 " FROM %1$s.feed WHERE seq OPERATOR(pg_catalog.<=) $1"
+					 " WINDOW w AS (PARTITION BY level, ARRAY[%2$s]::pg_catalog.text[] ORDER BY seq"
+					 " ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),"
+					 " f AS (SELECT *, first_total OPERATOR(pg_catalog.=) 0 AND first_keys OPERATOR(pg_catalog.=) 0"
+					 " AND last_total OPERATOR(pg_catalog.=) 0 AND last_keys OPERATOR(pg_catalog.=) 0 AS nothing FROM r),"
+					 " gone AS (DELETE FROM %1$s.feed d USING f WHERE d.seq OPERATOR(pg_catalog.=) f.seq"
+					 " AND (f.seq OPERATOR(pg_catalog.<) f.last_seq OR f.nothing) RETURNING d.seq),"
+					 " kept AS (UPDATE %1$s.feed k SET old_total = f.first_total, old_keys = f.first_keys FROM f"
+					 " WHERE k.seq OPERATOR(pg_catalog.=) f.seq AND f.seq OPERATOR(pg_catalog.=) f.last_seq"
+					 " AND f.n OPERATOR(pg_catalog.>) 1 AND NOT f.nothing RETURNING k.seq)"
+					 " SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM kept)",
+					 s, cell.data);
+	values[0] = Int64GetDatum(below);
+	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not fold the feed of pipeline \"%s\"", p->name);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

@@ -13,6 +13,8 @@
 
 #include "pipeline.h"
 
+extern void FeedInit(void);
 extern void FeedRecord(Pipeline *p, HTAB *cells, SPITupleTable *rows);
+extern int64 FeedTrim(Pipeline *p);
 
 #endif							/* EXACTONCE_FEED_H */

@@ -385,6 +385,7 @@ ShapeCheck(Pipeline *p, uint32 tables)
 			(p->ndistinct == 0 || ShapeCheckTable(p, p->distinct_values, "distincts"));
 	return true;
 }
+
 /*
  * ShapeLockForDrop takes the ACCESS EXCLUSIVE lock a drop needs on every
  * table of a pipeline's schema nspid (SPI connected), in an order no other

@@ -62,6 +62,7 @@
 #include "utils/varlena.h"
 
 #include "drain.h"
+#include "feed.h"
 #include "pipeline.h"
 #include "shape.h"
 #include "shmem.h"
@@ -97,6 +98,7 @@ typedef struct Backoff
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* no step before this */
 	SealState  *seal;			/* inserters the next drain waits for */
+	TimestampTz trimmed_at;		/* last fold of the feed (shard 0) */
 } Backoff;
 
 static HTAB *backoffs = NULL;
@@ -106,6 +108,7 @@ static bool reset_caches = false;	/* a pipeline this worker served is gone */
 									 * to end */
 #define WORKER_LOCK_TIMEOUT		"1s"	/* longest wait for a lock another
 										 * session holds */
+#define WORKER_FEED_TRIM_MS		10000	/* how often the feed is folded */
 
 /* What a step is working on, for the context line of its errors. */
 typedef struct StepContext
@@ -565,11 +568,39 @@ StepErrorContext(void *arg)
 }
 
 /*
+ * TrimFeed folds the feed of a pipeline, if it has one, in a transaction of
+ * its own, as the pipeline's owner (feed.c).
+ */
+static void
+TrimFeed(DrainUnit *u)
+{
+	Pipeline   *p = NULL;
+	int			nestlevel;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (OidIsValid(get_extension_oid("exactonce", true)))
+		p = PipelineLoadById(u->id, SHAPE_FEED);
+	if (p != NULL && p->feed)
+	{
+		PipelineActAsOwner(p);
+		(void) FeedTrim(p);
+		PipelineActAsCaller(p);
+	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
  * StepPipeline runs one step on a shard of a pipeline in a transaction of its
- * own, as the pipeline's owner.
+ * own, as the pipeline's owner; then, with trim, folds its feed in another.
  */
 static DrainResult
-StepPipeline(DrainUnit *u, SealState **seal)
+StepPipeline(DrainUnit *u, SealState **seal, bool trim)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
@@ -600,6 +631,8 @@ StepPipeline(DrainUnit *u, SealState **seal)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	if (trim)
+		TrimFeed(u);
 	MemoryContextSwitchTo(cxt);
 	error_context_stack = errcallback.previous;
 
@@ -661,13 +694,13 @@ RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
  * rolling its transaction back.
  */
 static pg_noinline ErrorData *
-TryStep(DrainUnit *u, SealState **seal, DrainResult *r, MemoryContext cxt)
+TryStep(DrainUnit *u, SealState **seal, bool trim, DrainResult *r, MemoryContext cxt)
 {
 	ErrorData  *volatile err = NULL;
 
 	PG_TRY();
 	{
-		*r = StepPipeline(u, seal);
+		*r = StepPipeline(u, seal, trim);
 	}
 	PG_CATCH();
 	{
@@ -707,6 +740,8 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 		ErrorData  *err;
 		Backoff    *b;
 		bool		found;
+		bool		trim;
+		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
 		b = hash_search(backoffs, u, HASH_ENTER, &found);
@@ -715,12 +750,17 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 			b->failures = 0;
 			b->retry_at = 0;
 			b->seal = NULL;
+			b->trimmed_at = 0;
 		}
 		b->round = round;
-		if (b->retry_at > GetCurrentTimestamp())
+		now = GetCurrentTimestamp();
+		if (b->retry_at > now)
 			continue;
+		trim = u->shard == 0 && TimestampDifferenceExceeds(b->trimmed_at, now, WORKER_FEED_TRIM_MS);
+		if (trim)
+			b->trimmed_at = now;
 		SetState(WORKER_DRAINING, u->id);
-		err = TryStep(u, &b->seal, &r, round_cxt);
+		err = TryStep(u, &b->seal, trim, &r, round_cxt);
 		RecordStep(b, st, &r, err);
 		worked |= r.worked;
 		*sealing |= r.sealing;

@@ -261,7 +261,13 @@ WHERE old_total <> t OR old_keys <> k;
 };
 		$sql .= diff('feed: the consumer mirror', 'SELECT level, cell, total, keys FROM model.mirror',
 			"SELECT level, ARRAY[$c]::text[], total, keys FROM $n.aggregates");
-		$sql .= diff('feed: changes read once', 'SELECT seq FROM model.feed_seqs', "SELECT seq FROM $n.feed");
+		# the feed keeps what the consumer has not read; below its position
+		# each cell's changes are folded into the last (feed.c)
+		$sql .= diff('feed: changes read once', 'SELECT seq FROM model.feed_seqs',
+			'SELECT DISTINCT seq FROM model.feed_seqs');
+		$sql .= qq{SELECT 'feed: changes never read', coalesce(string_agg(seq::text, ','), '') FROM (
+	SELECT seq FROM $n.feed EXCEPT SELECT seq FROM model.feed_seqs) f;
+};
 	}
 	if ($cfg->{window})
 	{
