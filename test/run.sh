@@ -19,7 +19,9 @@
 #     (test/package.sh), after which the build above is installed again;
 # and prints one line: "N passed, N failed", counting every assertion (a
 # pg_regress or isolation file counts one).  Exits non-zero if anything
-# failed.
+# failed.  Each phase says when it starts and, when it ends, how many
+# passed and failed in it and how long it took; the TAP phase also each
+# test file as it ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,19 @@ bash test/deps.sh || exit 1
 passed=0
 failed=0
 failures=()
+
+# phase NAME: a phase starts; phase_end: what it passed and failed, and
+# how long it took
+phase() {
+	phase_name=$1
+	phase_start=$SECONDS
+	phase_passed=$passed
+	phase_failed=$failed
+	echo "== $phase_name"
+}
+phase_end() {
+	echo "== $phase_name: $((passed - phase_passed)) passed, $((failed - phase_failed)) failed, $((SECONDS - phase_start)) s"
+}
 
 # record NAME OK: one assertion
 record() {
@@ -72,6 +87,7 @@ run_suite() {
 }
 
 # 1. the tree: formatted as pgindent would, free of warnings
+phase "the tree: pgindent, -Werror, headers"
 out=$(tools/pgindent --check 2>&1)
 record "pgindent --check" "$([ $? -eq 0 ] && echo ok || echo failed)"
 [ -z "$out" ] || echo "$out" | head -100
@@ -80,27 +96,47 @@ make -s COPT=-Werror >/dev/null 2>&1
 record "build with -Werror" "$([ $? -eq 0 ] && echo ok || echo failed)"
 make -s headerscheck
 record "headers stand alone, without a cycle" "$([ $? -eq 0 ] && echo ok || echo failed)"
+phase_end
 
 # 2. the build the tests run: with assertions
+phase "the build with assertions, installed"
 make -s clean
 make -s COPT="-Werror -DUSE_ASSERT_CHECKING" || exit 1
 make -s install >/dev/null || exit 1
+phase_end
 
 # 3. pg_regress and isolation, with and without the preload
-run_suite regresscheck
-run_suite regresscheck-nopreload
-run_suite isolationcheck
-run_suite isolationcheck-nopreload
+for suite in regresscheck regresscheck-nopreload isolationcheck isolationcheck-nopreload; do
+	phase "$suite"
+	run_suite "$suite"
+	phase_end
+done
 
-# 4. TAP tests, each starting clusters of its own
-out=$(bash test/tap.sh "$DIR-tap" 2>&1)
-count_tap "tap" "$out" $?
+# 4. TAP tests, each starting clusters of its own; each file's count is
+# printed as the next one starts
+phase "TAP tests (test/t/, about half an hour)"
+tap_log=$DIR-tap.log
+bash test/tap.sh "$DIR-tap" >"$tap_log" 2>&1 &
+tap_pid=$!
+tail -n +1 -f --pid=$tap_pid "$tap_log" | awk '
+	function done_file() { if (f != "") { printf "   %s: %d ok, %d not ok\n", f, ok, nok; fflush() } }
+	/^test\/t\/[^ ]+\.pl \.\./ { done_file(); f = $1; ok = 0; nok = 0; next }
+	/^ *ok [0-9]+/ { ok++ }
+	/^ *not ok [0-9]+/ { nok++ }
+	END { done_file() }'
+wait $tap_pid
+tap_rc=$?
+out=$(cat "$tap_log")
+count_tap "tap" "$out" $tap_rc
 [ "$failed" -eq 0 ] || echo "TAP logs: $DIR-tap/tmp_check/log"
+phase_end
 
 # 5. the Debian package, then the tested build again
+phase "the Debian package"
 out=$(bash test/package.sh 2>&1)
 count_tap "package" "$out" $?
 make -s install >/dev/null || exit 1
+phase_end
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed"
