@@ -428,7 +428,7 @@ T_END=$(now)
 declare -A P
 while read -r k v; do P[$k]=$v; done <"$DIR/producer.out"
 
-IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches feed_diff feed_rows < <(
+IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches feed_diff feed_rows feed_changes < <(
 	"${PSQL[@]}" -At -F $'\t' <<SQL
 WITH agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPELINE.aggregates),
      tru AS (SELECT risk_type, region, trade_desk, level, total, keys FROM demo.truth)
@@ -447,7 +447,7 @@ SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM tru) x)
           (SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
              FROM $PIPELINE.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) <> 0
            EXCEPT ALL SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPELINE.aggregates)) f),
-       (SELECT count(*) FROM $PIPELINE.feed)
+       (SELECT count(*) FROM $PIPELINE.feed), (SELECT coalesce(max(seq), 0) FROM $PIPELINE.feed)
   FROM exactonce.pipelines p WHERE p.name = '$PIPELINE';
 SQL
 )
@@ -494,7 +494,7 @@ say "== the pipeline took them through state, map and reduce in $(th "$batches")
 say "   stream to exact aggregates: $(secs "$T_START" "$T_END") s, $(th "$(rate "$sent" "$T_START" "$T_END")") events/s end to end; total wall time $(secs "$T_BEGIN" "$T_END") s"
 say "   ingested $(th "$ingested") = applied $(th "$applied") + duplicates $(th "$dup") + stale $(th "$stale") + dead-lettered $(th "$dead")"
 say "   aggregates: $(th "$agg_cells") cells, the producer's truth: $(th "$truth_cells") cells; differing: $((only_agg + only_truth))"
-say "   change feed: $(th "$feed_rows") changes; replayed from the start, they differ from the aggregates in $feed_diff cells"
+say "   change feed: $(th "$feed_changes") changes, folded where every consumer read them into $(th "$feed_rows") rows; replayed from the start, they differ from the aggregates in $feed_diff cells"
 say ""
 "${PSQL[@]}" -At <<SQL
 SELECT rpad('aggregates (top)', 30) || lpad('total', 22) || lpad('trades', 10);
