@@ -167,6 +167,28 @@ SELECT exactonce.flush('fr');
 SELECT consumer, invalidated_at IS NOT NULL AS invalidated FROM exactonce.feed_consumers
 WHERE pipeline = 'fr' ORDER BY consumer;
 RESET exactonce.feed_max_lag_age;
+
+-- the limit counts the changes left to read, not seqs: a consumer that
+-- starts now reads the folded feed, a row per cell, however many changes
+-- were made before
+SELECT exactonce.drop_feed_consumer('fr', 'slow');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('c', 1, 3, 'LATAM');
+SELECT exactonce.flush('fr');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 7, 70, 'EMEA'), ('b', 4, 8, 'APAC');
+SELECT exactonce.flush('fr');
+INSERT INTO fr.ingest (key, version, value, region) VALUES ('a', 8, 80, 'EMEA'), ('b', 5, 9, 'APAC');
+SELECT exactonce.flush('fr');
+SELECT count(*) AS read_by_fast FROM exactonce.feed_read('fr', 'fast');
+SELECT exactonce.flush('fr');
+SET exactonce.feed_max_lag = 4;
+SELECT seq, level, cell, old_total, new_total FROM exactonce.feed_read('fr', 'newcomer', 1);
+SELECT (SELECT max(seq) FROM fr.feed) - position AS seqs_behind,
+	(SELECT count(*) FROM fr.feed f WHERE f.seq > c.position) AS changes_left
+FROM exactonce.feed_consumers c WHERE pipeline = 'fr' AND consumer = 'newcomer';
+SELECT exactonce.flush('fr');
+SELECT consumer, invalidated_at IS NOT NULL AS invalidated FROM exactonce.feed_consumers
+WHERE pipeline = 'fr' ORDER BY consumer;
+RESET exactonce.feed_max_lag;
 SELECT pg_temp.err($$SET exactonce.feed_max_lag = -2$$);
 SELECT exactonce.drop_pipeline('fr');
 

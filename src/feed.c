@@ -539,9 +539,25 @@ InvalidateLagging(Pipeline *p, Oid table_owner, int64 last)
 
 		CHECK_FOR_INTERRUPTS();
 		if (exactonce_feed_max_lag >= 0 && last - position > exactonce_feed_max_lag)
-			reason = psprintf("It had " INT64_FORMAT " changes left to read, more than exactonce.feed_max_lag (%d).",
-							  last - position, exactonce_feed_max_lag);
-		else if (exactonce_feed_max_lag_age >= 0 && position < last)
+		{
+			/*
+			 * the rows left, not the seqs: below the others' positions the
+			 * feed is folded, and a consumer that starts there has few
+			 */
+			Oid			t[2] = {INT8OID, INT8OID};
+			Datum		v[2] = {Int64GetDatum(position), Int64GetDatum((int64) exactonce_feed_max_lag + 1)};
+
+			if (SPI_execute_with_args(psprintf("SELECT pg_catalog.count(*) FROM (SELECT FROM %s.feed"
+											   " WHERE seq OPERATOR(pg_catalog.>) $1 ORDER BY seq LIMIT $2) l",
+											   quote_identifier(p->name)),
+									  2, t, v, NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not read the feed of pipeline \"%s\"", p->name);
+			if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) >
+				exactonce_feed_max_lag)
+				reason = psprintf("It had more than %d changes left to read (exactonce.feed_max_lag).",
+								  exactonce_feed_max_lag);
+		}
+		if (reason == NULL && exactonce_feed_max_lag_age >= 0 && position < last)
 		{
 			Oid			t[1] = {INT8OID};
 			Datum		v[1] = {Int64GetDatum(position)};
