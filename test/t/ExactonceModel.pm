@@ -1130,8 +1130,10 @@ sub gen_op
 	return gen_view($M) if $op eq 'create_view';
 	if ($op eq 'wait_applied')
 	{
-		my $variant = ($env->{preload} && rand() < 0.3) ? 'in a transaction that inserted' : 'after insert';
-		return { op => 'wait_applied', variant => $variant, events => $events->(1 + int(rand(4))) };
+		my $evs = $events->(1 + int(rand(4)));
+		# in a transaction that inserted: only with something to insert
+		my $variant = ($env->{preload} && @$evs && rand() < 0.3) ? 'in a transaction that inserted' : 'after insert';
+		return { op => 'wait_applied', variant => $variant, events => $evs };
 	}
 	if ($op eq 'drop')
 	{
