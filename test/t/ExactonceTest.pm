@@ -76,7 +76,7 @@ SELECT 'k' || (i % $KEYS) AS key, i::bigint AS version, ((i * 7919) % 100000) / 
 	(ARRAY['AMER', 'EMEA', 'APAC'])[1 + (i / 3) % 3] AS region,
 	(ARRAY['FXSpot', 'Rates', 'Credit', 'Equity'])[1 + (i / 7) % 4] AS trade_desk,
 	i % 17 = 0 AS deleted
-FROM generate_series($from::bigint, $to::bigint) i};
+FROM generate_series(${from}::bigint, ${to}::bigint) i};
 }
 
 # The statements that produce events from .. to: recorded in truth, queued
