@@ -8,39 +8,39 @@ EXTENSION = exactonce
 MODULE_big = exactonce
 PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
 OBJS = \
-	src/exactonce.o \
-	src/pipeline.o \
-	src/shape.o \
-	src/statement.o \
-	src/progress.o \
-	src/event.o \
-	src/cell.o \
-	src/ledger.o \
-	src/queue.o \
-	src/state.o \
-	src/probe.o \
-	src/map.o \
-	src/reduce.o \
-	src/extrema.o \
-	src/distinct.o \
-	src/drain.o \
-	src/fault.o \
-	src/stats.o \
-	src/shmem.o \
+	src/init.o \
 	src/worker.o \
-	src/once.o \
-	src/offsets.o \
-	src/view.o \
-	src/wait.o \
-	src/verify.o \
-	src/replay.o \
-	src/feed.o \
-	src/retention.o \
-	src/distributed.o \
-	src/move.o \
-	src/utility.o
+	src/commands/offsets.o \
+	src/commands/once.o \
+	src/commands/replay.o \
+	src/commands/retention.o \
+	src/commands/stats.o \
+	src/commands/verify.o \
+	src/commands/view.o \
+	src/commands/wait.o \
+	src/distributed/coordinator.o \
+	src/distributed/move.o \
+	src/engine/cell.o \
+	src/engine/distinct.o \
+	src/engine/drain.o \
+	src/engine/event.o \
+	src/engine/extrema.o \
+	src/engine/feed.o \
+	src/engine/ledger.o \
+	src/engine/map.o \
+	src/engine/progress.o \
+	src/engine/queue.o \
+	src/engine/reduce.o \
+	src/engine/state.o \
+	src/catalog/pipeline.o \
+	src/catalog/shape.o \
+	src/catalog/statement.o \
+	src/catalog/utility.o \
+	src/utils/fault.o \
+	src/utils/keyprobe.o \
+	src/utils/shmem.o
 
-DATA = $(wildcard src/$(EXTENSION)--*.sql)
+DATA = $(wildcard src/scripts/$(EXTENSION)--*.sql)
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=test/regress_out
@@ -60,7 +60,7 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 
 # distributed.c reaches the nodes of a distributed pipeline with libpq
-PG_CPPFLAGS = -I$(libpq_srcdir)
+PG_CPPFLAGS = -I$(libpq_srcdir) -Isrc -Isrc/utils -Isrc/catalog -Isrc/engine -Isrc/distributed
 SHLIB_LINK_INTERNAL = $(libpq)
 
 PG_CONFIG ?= pg_config
@@ -71,7 +71,7 @@ include $(PGXS)
 PROVE_FLAGS = -I test/t
 
 # every object depends on the shared header (PGXS tracks no dependencies)
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)
 
 # Each suite on its own.  The *check targets stand alone: pg_regress starts
 # a temporary instance (initdb, so not as root) with the library preloaded
