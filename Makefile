@@ -1,5 +1,5 @@
 # exactonce: PGXS build.  The extension is installed from one base script,
-# src/exactonce--1.0.sql, and the chain of upgrade scripts after it, up to
+# src/scripts/exactonce--1.0.sql, and the chain of upgrade scripts after it, up to
 # default_version in exactonce.control: CREATE EXTENSION runs the chain, so
 # a fresh install and an upgraded one are the same by construction.
 
@@ -7,38 +7,7 @@ EXTENSION = exactonce
 
 MODULE_big = exactonce
 PGFILEDESC = "exactonce - exact aggregates over at-least-once event streams"
-OBJS = \
-	src/init.o \
-	src/worker.o \
-	src/commands/offsets.o \
-	src/commands/once.o \
-	src/commands/replay.o \
-	src/commands/retention.o \
-	src/commands/stats.o \
-	src/commands/verify.o \
-	src/commands/view.o \
-	src/commands/wait.o \
-	src/distributed/coordinator.o \
-	src/distributed/move.o \
-	src/engine/cell.o \
-	src/engine/distinct.o \
-	src/engine/drain.o \
-	src/engine/event.o \
-	src/engine/extrema.o \
-	src/engine/feed.o \
-	src/engine/ledger.o \
-	src/engine/map.o \
-	src/engine/progress.o \
-	src/engine/queue.o \
-	src/engine/reduce.o \
-	src/engine/state.o \
-	src/catalog/pipeline.o \
-	src/catalog/shape.o \
-	src/catalog/statement.o \
-	src/catalog/utility.o \
-	src/utils/fault.o \
-	src/utils/keyprobe.o \
-	src/utils/shmem.o
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 
 DATA = $(wildcard src/scripts/$(EXTENSION)--*.sql)
 
@@ -59,8 +28,9 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 # server headers themselves, not from this code.
 PG_CFLAGS = -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 
-# distributed.c reaches the nodes of a distributed pipeline with libpq
-PG_CPPFLAGS = -I$(libpq_srcdir) -Isrc -Isrc/utils -Isrc/catalog -Isrc/engine -Isrc/distributed
+# headers are named from src/ ("engine/queue.h"); distributed/node.c
+# reaches the nodes of a distributed pipeline with libpq
+PG_CPPFLAGS = -Isrc -I$(libpq_srcdir)
 SHLIB_LINK_INTERNAL = $(libpq)
 
 PG_CONFIG ?= pg_config
@@ -95,18 +65,15 @@ isolationcheck-nopreload:
 tapcheck:
 	$(prove_installcheck)
 
-# each header compiles on its own after postgres.h, and the headers of
-# src/ include each other without a cycle (tsort fails on a loop)
+# each header compiles on its own after postgres.h, and no file includes a
+# header of a higher layer or calls in a circle (tools/layercheck, which
+# lists the layers)
 headerscheck:
-	@for h in src/*.h; do \
-		printf '#include "postgres.h"\n#include "%s"\n' $$(basename $$h) | \
-			$(CC) $(CPPFLAGS) -Isrc -fsyntax-only -x c - || exit 1; \
+	@for h in $$(cd src && find . -name '*.h' | sed 's|^\./||' | LC_ALL=C sort); do \
+		printf '#include "postgres.h"\n#include "%s"\n' $$h | \
+			$(CC) $(CPPFLAGS) -fsyntax-only -x c - || exit 1; \
 	done
-	@for h in src/*.h; do \
-		sed -n 's/^#include "\([a-z_]*\.h\)"/\1/p' $$h | grep -v '^postgres\.h$$' | \
-			sed "s|^|$$(basename $$h) |"; \
-		echo "$$(basename $$h) $$(basename $$h)"; \
-	done | tsort >/dev/null
+	@tools/layercheck
 
 .PHONY: regresscheck regresscheck-nopreload isolationcheck isolationcheck-nopreload tapcheck headerscheck bench
 

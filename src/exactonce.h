@@ -1,20 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * exactonce.h
- *		Limits, SQLSTATEs and small value helpers every part of exactonce
- *		shares.  It includes no other header of the extension: each
- *		subsystem has a header of its own, and a file includes those of the
- *		subsystems it uses.
- *
- * Data takes one path through the code:
- *
- *	 queue.c	reads a batch of a shard's events from a sealed partition
- *	 state.c	applies them to state and yields per-cell deltas	(stage 1)
- *	 map.c		pre-aggregates the deltas, stages them under a token	(stage 2)
- *	 reduce.c	applies staged batches to aggregates, once per token	(stage 3)
- *	 drain.c	drives the three for flush() and the workers, with retries
- *
- * CONTRIBUTING.md lists the other files and the rules they keep.
+ *		The bottom of the layers: limits, SQLSTATEs, small value helpers,
+ *		and struct Pipeline, a pipeline as every layer sees it.  It includes
+ *		no other header of the extension.  src/README.md tells the layers
+ *		and the path data takes through them.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,13 +12,14 @@
 #define EXACTONCE_H
 
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 #include "utils/fmgrprotos.h"
 #include "utils/numeric.h"
 
 #define EXACTONCE_MAX_DIMENSIONS	16
 #define EXACTONCE_MAX_MEASURES		16	/* numeric measures besides value */
 #define EXACTONCE_MAX_DISTINCT		8	/* columns counted distinct per cell */
-#define EXACTONCE_SLOTS				2	/* queue partitions ingest_0, ingest_1 */
+#define EXACTONCE_PARTITIONS		2	/* of the queue: ingest_0 and ingest_1 */
 #define EXACTONCE_MAX_SHARDS		64	/* key shards of a pipeline, drained
 										 * in parallel */
 #define EXACTONCE_TOKEN_LEN			32	/* SHA-256 */
@@ -48,6 +39,81 @@
 #define ERRCODE_EXACTONCE_KEY_MOVED	MAKE_SQLSTATE('E','O','0','0','4')
 /* a column of a pipeline's table no longer has the type exactonce made */
 #define ERRCODE_EXACTONCE_ALTERED	MAKE_SQLSTATE('E','O','0','0','5')
+
+#define PIPELINE_MAX_SETS	256 /* grouping sets, and a cube's */
+
+/* the grouping of the cells of level of a rollup: its first level dimensions */
+#define CELL_LEVEL_MASK(level)	((uint32) ((UINT64CONST(1) << (level)) - 1))
+
+typedef enum PipelineMode
+{
+	PIPELINE_LATEST,
+	PIPELINE_ACCUMULATE
+} PipelineMode;
+
+/*
+ * A pipeline as the stages need it: catalog row plus relation OIDs.  It is
+ * loaded for one transaction; the lock fields record what this transaction
+ * holds, for the assertions of the functions that rely on it.
+ */
+typedef struct Pipeline
+{
+	int32		id;
+	char	   *name;			/* also the schema name */
+	PipelineMode mode;
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			nmeasures;		/* numeric measures besides value */
+	char	   *measures[EXACTONCE_MAX_MEASURES];
+	/* min and max kept per cell: of value (0) and of measure i (1 + i) */
+	bool		min_max[1 + EXACTONCE_MAX_MEASURES];
+	bool		any_min_max;
+	int			ndistinct;		/* text columns whose distinct values each
+								 * cell counts */
+	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	bool		rollup;			/* the cells are the levels of a rollup */
+	int			nsets;			/* the cells' groupings: a bit per dimension */
+	uint32		sets[PIPELINE_MAX_SETS];
+	bool		windowed;		/* dims[0] is window_start, from event_time */
+	bool		feed;			/* reduce appends its changes to table feed */
+	bool		feed_notify;	/* ... and sends NOTIFY exactonce_feed */
+	bool		has_horizon;	/* tombstones or seen rows were forgotten: */
+	int64		horizon;		/* ... below this version (retention.c,
+								 * prune()) */
+	int64		window_us;		/* the windows' width */
+	int64		lateness_us;	/* allowed lateness */
+	Oid			owner;
+	Oid			nspid;
+	Oid			ingest;			/* partitioned parent */
+	Oid			partitions[EXACTONCE_PARTITIONS];	/* ingest_0, ingest_1 */
+	Oid			state;
+	Oid			state_pkey;
+	Oid			state_cell;		/* latest mode with min_max: on the dimensions */
+	Oid			distinct_values;	/* with distinct_counts: table distincts */
+	Oid			seen;			/* accumulate mode only */
+	Oid			seen_pkey;
+	Oid			progress;
+	Oid			shard;			/* drain position of each shard */
+	int			nshards;
+	Oid			caller;			/* while acting as owner: who called, */
+	int			caller_sec;		/* and in what security context */
+	bool		acting_as_owner;
+	bool		progress_locked;	/* this transaction holds the progress row */
+	uint64		shards_locked;	/* ... and these shard rows (bit per shard) */
+} Pipeline;
+
+/* the first dimension an event brings: a window's start is computed */
+#define PIPELINE_FIRST_INPUT_DIM(p)	((p)->windowed ? 1 : 0)
+#define PIPELINE_WINDOW_DIM	"window_start"
+
+/*
+ * PipelineExtremumName names a min_max column: value (0), or measure i (1 + i).
+ */
+static inline const char *
+PipelineExtremumName(Pipeline *p, int column)
+{
+	return column == 0 ? "value" : p->measures[column - 1];
+}
 
 /*
  * TextCmp orders text by bytes, then length, as collation "C" does.

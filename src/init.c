@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * exactonce.c
+ * init.c
  *		Module magic and _PG_init.
  *
  * Loaded through shared_preload_libraries the module also starts the
@@ -19,12 +19,12 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "distributed.h"
-#include "drain.h"
-#include "fault.h"
-#include "feed.h"
-#include "shmem.h"
-#include "utility.h"
+#include "catalog/utility.h"
+#include "distributed/move.h"
+#include "engine/drain.h"
+#include "engine/feed.h"
+#include "utils/fault.h"
+#include "utils/shmem.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;

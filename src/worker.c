@@ -6,7 +6,7 @@
  * The launcher (a static background worker) starts exactonce.workers drain
  * workers for each database in exactonce.database and restarts any that
  * exits.  A drain worker connects to its database and serves the key shards
- * of pipelines that WorkerServes assigns it: shard s of pipeline id goes to
+ * of pipelines that ShmemWorkerServes assigns it: shard s of pipeline id goes to
  * worker (id + s) % workers, so every shard has exactly one drainer and the
  * shards of one pipeline spread over the workers.  Shards run state and map
  * in parallel; their reduces take turns on the pipeline's progress row
@@ -33,7 +33,7 @@
  *
  * No other session can hold a worker up for long: it skips shard rows that
  * are locked, gives up a pipeline's progress row after about a second
- * (WorkerLockProgress in drain.c), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
+ * (DrainLockProgressPatiently in drain.c), and waits at most lock_timeout (WORKER_LOCK_TIMEOUT)
  * for any other lock.  Then it backs off that pipeline and serves the
  * others.  While the inserters of a rotated queue partition are still open
  * it looks again after 1 ms, doubling up to exactonce.naptime.
@@ -61,15 +61,14 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
-#include "drain.h"
-#include "feed.h"
-#include "pipeline.h"
-#include "shape.h"
-#include "shmem.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/shape.h"
+#include "catalog/statement.h"
+#include "engine/drain.h"
+#include "engine/feed.h"
+#include "utils/shmem.h"
+#include "utils/wake.h"
 #include "worker.h"
-
-PG_FUNCTION_INFO_V1(exactonce_wake);
 
 PGDLLEXPORT void exactonce_launcher_main(Datum arg);
 PGDLLEXPORT void exactonce_drain_main(Datum arg);
@@ -82,18 +81,18 @@ static int	exactonce_naptime = 1000;
 static WorkerSlot *my_slot = NULL;
 
 /* A shard of a pipeline: what a worker drains in one step. */
-typedef struct DrainUnit
+typedef struct WorkerUnit
 {
 	int32		id;
 	int32		shard;
-} DrainUnit;
+} WorkerUnit;
 
 /* Backoff of each shard this worker serves, whatever their number; the
  * shared slot mirrors it (and latencies) per pipeline for the first few, for
  * the view. */
 typedef struct Backoff
 {
-	DrainUnit	unit;			/* hash key */
+	WorkerUnit	unit;			/* hash key */
 	uint64		round;			/* the last round that served the shard */
 	int			failures;		/* consecutive failed steps */
 	TimestampTz retry_at;		/* no step before this */
@@ -113,7 +112,7 @@ static bool reset_caches = false;	/* a pipeline this worker served is gone */
 /* What a step is working on, for the context line of its errors. */
 typedef struct StepContext
 {
-	DrainUnit  *unit;
+	WorkerUnit *unit;
 	const char *name;			/* of the pipeline, once loaded */
 } StepContext;
 
@@ -197,106 +196,6 @@ WorkerInit(void)
 	RegisterBackgroundWorker(&bgw);
 }
 
-/*
- * WorkerWake sets the latch of every drain worker of this database.  It
- * counts the wake-up first: a worker that is waiting for a lock when its
- * latch is set loses the wake-up to the lock wait, and looks at the count
- * before it sleeps.
- */
-void
-WorkerWake(void)
-{
-	if (exactonce_shared == NULL)
-		return;
-	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
-	for (int i = 0; i < EXACTONCE_MAX_WORKERS; i++)
-	{
-		WorkerSlot *slot = &exactonce_shared->slots[i];
-
-		if (slot->latch != NULL && slot->dboid == MyDatabaseId)
-		{
-			pg_atomic_fetch_add_u64(&slot->wakes, 1);
-			SetLatch(slot->latch);
-		}
-	}
-	LWLockRelease(exactonce_shared->lock);
-}
-
-/* WorkerWakeAtCommit and WorkerAppliedAtCommit were called in this transaction */
-static bool wake_at_commit = false;
-static bool applied_at_commit = false;
-
-/*
- * WakeAtCommit is the transaction callback of WorkerWakeAtCommit and
- * WorkerAppliedAtCommit.  At XACT_EVENT_COMMIT the transaction no longer
- * counts as running, so the rows it locked are free to the workers it
- * wakes, and what it applied is visible to the sessions it tells.
- */
-static void
-WakeAtCommit(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_COMMIT && wake_at_commit)
-		WorkerWake();
-	if (event == XACT_EVENT_COMMIT && applied_at_commit && exactonce_shared != NULL)
-		ConditionVariableBroadcast(&exactonce_shared->applied);
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PREPARE)
-		wake_at_commit = applied_at_commit = false;
-}
-
-/*
- * RegisterAtCommit registers WakeAtCommit once per process.
- */
-static void
-RegisterAtCommit(void)
-{
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(WakeAtCommit, NULL);
-		registered = true;
-	}
-}
-
-/*
- * WorkerWakeAtCommit wakes the workers of this database once the current
- * transaction commits: for changes they must see, made under locks they
- * would otherwise find taken.
- */
-void
-WorkerWakeAtCommit(void)
-{
-	RegisterAtCommit();
-	wake_at_commit = true;
-}
-
-/*
- * WorkerAppliedAtCommit tells the sessions in wait_applied() to look again
- * once the current transaction commits: it moved a shard's position or the
- * queue's rotation on.
- */
-void
-WorkerAppliedAtCommit(void)
-{
-	RegisterAtCommit();
-	applied_at_commit = true;
-}
-
-/*
- * exactonce_wake is the statement trigger on each ingest queue: it wakes the
- * workers, which then wait for the inserting transaction to commit.
- */
-Datum
-exactonce_wake(PG_FUNCTION_ARGS)
-{
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("exactonce.wake() must be called as a trigger")));
-	WorkerWake();
-	return PointerGetDatum(NULL);
-}
 
 /*
  * StartDrainWorker starts the drain worker of one slot.
@@ -519,7 +418,7 @@ ServedPipelines(void)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 
-	/* as drop_pipeline() does for its session (pipeline.c) */
+	/* as drop_pipeline() does for its session (pipelinecmds.c) */
 	if (reset_caches)
 		InvalidateSystemCaches();
 	reset_caches = false;
@@ -536,9 +435,9 @@ ServedPipelines(void)
 		forboth(lc, ids, lc2, shards)
 		{
 			for (int s = 0; s < lfirst_int(lc2); s++)
-				if (WorkerServes(lfirst_int(lc), s, my_slot->nworkers, my_slot->index))
+				if (ShmemWorkerServes(lfirst_int(lc), s, my_slot->nworkers, my_slot->index))
 				{
-					DrainUnit  *u = palloc(sizeof(DrainUnit));
+					WorkerUnit *u = palloc(sizeof(WorkerUnit));
 
 					u->id = lfirst_int(lc);
 					u->shard = s;
@@ -572,7 +471,7 @@ StepErrorContext(void *arg)
  * its own, as the pipeline's owner (feed.c).
  */
 static void
-TrimFeed(DrainUnit *u)
+TrimFeed(WorkerUnit *u)
 {
 	Pipeline   *p = NULL;
 	int			nestlevel;
@@ -600,7 +499,7 @@ TrimFeed(DrainUnit *u)
  * own, as the pipeline's owner; then, with trim, folds its feed in another.
  */
 static DrainResult
-StepPipeline(DrainUnit *u, SealState **seal, bool trim)
+StepPipeline(WorkerUnit *u, SealState **seal, bool trim)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
@@ -644,7 +543,7 @@ StepPipeline(DrainUnit *u, SealState **seal, bool trim)
 
 	/* the workers of the other shards have a partition to drain now */
 	if (r.rotated)
-		WorkerWake();
+		WakeWorkers();
 	return r;
 }
 
@@ -694,7 +593,7 @@ RecordStep(Backoff *b, PipelineStat *st, DrainResult *r, ErrorData *err)
  * rolling its transaction back.
  */
 static pg_noinline ErrorData *
-TryStep(DrainUnit *u, SealState **seal, bool trim, DrainResult *r, MemoryContext cxt)
+TryStep(WorkerUnit *u, SealState **seal, bool trim, DrainResult *r, MemoryContext cxt)
 {
 	ErrorData  *volatile err = NULL;
 
@@ -716,11 +615,11 @@ TryStep(DrainUnit *u, SealState **seal, bool trim, DrainResult *r, MemoryContext
 }
 
 /*
- * DrainRound gives every served shard one step; it returns whether any step
+ * WorkerRound gives every served shard one step; it returns whether any step
  * did work, and sets *sealing if a shard waits for inserters.
  */
 static bool
-DrainRound(MemoryContext round_cxt, bool *sealing)
+WorkerRound(MemoryContext round_cxt, bool *sealing)
 {
 	static uint64 round = 0;
 	List	   *units = ServedPipelines();
@@ -730,11 +629,11 @@ DrainRound(MemoryContext round_cxt, bool *sealing)
 
 	round++;
 	foreach(lc, units)
-		ids = list_append_unique_int(ids, ((DrainUnit *) lfirst(lc))->id);
+		ids = list_append_unique_int(ids, ((WorkerUnit *) lfirst(lc))->id);
 	ForgetStats(ids);
 	foreach(lc, units)
 	{
-		DrainUnit  *u = lfirst(lc);
+		WorkerUnit *u = lfirst(lc);
 		PipelineStat *st = StatFor(u->id);
 		DrainResult r = {false, 0, DT_NOEND, false, false, false};
 		ErrorData  *err;
@@ -804,7 +703,7 @@ exactonce_drain_main(Datum arg)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(DrainUnit);
+		ctl.keysize = sizeof(WorkerUnit);
 		ctl.entrysize = sizeof(Backoff);
 		backoffs = hash_create("exactonce backoff", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
@@ -825,7 +724,7 @@ exactonce_drain_main(Datum arg)
 
 		MemoryContextSwitchTo(round_cxt);
 		sealing = false;
-		worked = DrainRound(round_cxt, &sealing);
+		worked = WorkerRound(round_cxt, &sealing);
 		MemoryContextReset(round_cxt);
 
 		/*

@@ -3,7 +3,8 @@
 #
 # Installs what is missing (Debian bookworm), checks that src/ is
 # pgindent-clean, builds without warnings and that each header stands alone
-# (make headerscheck: the headers include each other without a cycle), then
+# (make headerscheck: no file includes a header of a higher layer, calls
+# in a circle, or is named for another; tools/layercheck), then
 # builds and installs the
 # extension with assertions (-DUSE_ASSERT_CHECKING), so that the tests
 # exercise the invariants each function asserts, and runs, each through

@@ -38,7 +38,7 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
-#include "shape.h"
+#include "catalog/shape.h"
 
 #define SHAPE_MAX_COLUMNS \
 	(32 + 2 * EXACTONCE_MAX_DIMENSIONS + 6 * EXACTONCE_MAX_MEASURES + 2 * EXACTONCE_MAX_DISTINCT)
@@ -364,7 +364,7 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 bool
 ShapeCheck(Pipeline *p, uint32 tables)
 {
-	StaticAssertStmt(EXACTONCE_SLOTS == 2, "shape_lock_order names two partitions");
+	StaticAssertStmt(EXACTONCE_PARTITIONS == 2, "shape_lock_order names two partitions");
 	if ((tables & SHAPE_INGEST) && !ShapeCheckTable(p, p->ingest, "ingest"))
 		return false;
 	if ((tables & SHAPE_PROGRESS) && !ShapeCheckTable(p, p->progress, "progress"))

@@ -8,7 +8,7 @@
 #ifndef EXACTONCE_SHAPE_H
 #define EXACTONCE_SHAPE_H
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 /* the tables a path touches, for ShapeCheck */
 #define SHAPE_PROGRESS	0x01

@@ -40,7 +40,7 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
-#include "statement.h"
+#include "catalog/statement.h"
 
 /* What a kept statement is for: see the file header. */
 typedef struct StatementKey
@@ -258,7 +258,7 @@ StatementTableOwner(const char *relname)
 				 errmsg("relation \"exactonce.%s\" does not exist", relname),
 				 errdetail("The installed extension script predates the shared library."),
 				 errhint("Recreate the extension: DROP EXTENSION exactonce; CREATE EXTENSION exactonce.")));
-	return PipelineRelationOwner(relid);
+	return StatementRelationOwner(relid);
 }
 
 /*
@@ -382,4 +382,21 @@ StatementParsePiece(const char *prefix, const char *piece, const char *what)
 				 errmsg("%s \"%s\" is not one expression", what, piece),
 				 errhint("Write one SQL expression, with no statement or clause around it.")));
 	return sel;
+}
+
+/*
+ * StatementRelationOwner returns the owner of a relation, InvalidOid if it is
+ * gone.
+ */
+Oid
+StatementRelationOwner(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
 }

@@ -11,7 +11,7 @@
 #include "executor/spi.h"
 #include "nodes/parsenodes.h"
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 /* Builds the SQL of a statement on one pipeline's tables. */
 typedef const char *(*StatementBuilder) (Pipeline *p);
@@ -32,6 +32,7 @@ extern void StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls,
 extern void StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values,
 							const char *nulls, bool read_only, int expected);
 extern Oid	StatementTableOwner(const char *relname);
+extern Oid	StatementRelationOwner(Oid relid);
 extern Datum StatementTextArray(Datum *elems, bool *nulls, int n);
 extern Datum StatementInt8Array(int64 *elems, int n);
 extern Datum StatementNumericArray(Numeric *elems, int n);

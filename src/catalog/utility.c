@@ -30,10 +30,10 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 
-#include "pipeline.h"
-#include "shape.h"
-#include "statement.h"
-#include "utility.h"
+#include "catalog/pipeline.h"
+#include "catalog/shape.h"
+#include "catalog/statement.h"
+#include "catalog/utility.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool exactonce_guard_columns = true;

@@ -46,11 +46,11 @@
 #include "utils/memutils.h"
 #include "utils/typcache.h"
 
-#include "event.h"
-#include "pipeline.h"
-#include "queue.h"
-#include "statement.h"
-#include "worker.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "engine/event.h"
+#include "engine/queue.h"
+
 
 PG_FUNCTION_INFO_V1(exactonce_ingest);
 PG_FUNCTION_INFO_V1(exactonce_reset_source);
@@ -151,10 +151,10 @@ SourceArg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * PipelineArg returns the pipeline name argument as a C string.
+ * OffsetsPipelineArg returns the pipeline name argument as a C string.
  */
 static char *
-PipelineArg(FunctionCallInfo fcinfo, int argno)
+OffsetsPipelineArg(FunctionCallInfo fcinfo, int argno)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -282,10 +282,10 @@ SourceFind(Oid table_owner, Pipeline *p, text *source, bool create, int64 *commi
 }
 
 /*
- * BuildQueueInsert: insert events into the queue from parallel arrays.
+ * BuildOffsetsInsert: insert events into the queue from parallel arrays.
  */
 static const char *
-BuildQueueInsert(Pipeline *p)
+BuildOffsetsInsert(Pipeline *p)
 {
 	StringInfoData sql;
 
@@ -298,10 +298,10 @@ BuildQueueInsert(Pipeline *p)
 }
 
 /*
- * QueueInsert queues n events, as the current role, in one statement.
+ * OffsetsInsert queues n events, as the current role, in one statement.
  */
 static void
-QueueInsert(Pipeline *p, Event *events, int n)
+OffsetsInsert(Pipeline *p, Event *events, int n)
 {
 	Datum		values[EV_MAX_NATTS];
 	Oid			types[EV_MAX_NATTS];
@@ -310,7 +310,7 @@ QueueInsert(Pipeline *p, Event *events, int n)
 	for (int j = 0; j < n; j++)
 		ptrs[j] = &events[j];
 	EventArrays(p, ptrs, n, values, types);
-	StatementExec(StatementPrepare(p, BuildQueueInsert, EV_NPARAMS(p), types),
+	StatementExec(StatementPrepare(p, BuildOffsetsInsert, EV_NPARAMS(p), types),
 				  values, NULL, n);
 }
 
@@ -322,7 +322,7 @@ QueueInsert(Pipeline *p, Event *events, int n)
 Datum
 exactonce_ingest(PG_FUNCTION_ARGS)
 {
-	char	   *name = PipelineArg(fcinfo, 0);
+	char	   *name = OffsetsPipelineArg(fcinfo, 0);
 	text	   *source = SourceArg(fcinfo, 1);
 	ArrayType  *events_arr;
 	int64	   *offsets;
@@ -357,7 +357,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 			while (first < n && offsets[first] <= committed)
 				first++;
 		if (first < n)
-			QueueInsert(p, events + first, n - first);
+			OffsetsInsert(p, events + first, n - first);
 
 		values[0] = Int32GetDatum(p->id);
 		values[1] = PointerGetDatum(source);
@@ -382,7 +382,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 Datum
 exactonce_reset_source(PG_FUNCTION_ARGS)
 {
-	char	   *name = PipelineArg(fcinfo, 0);
+	char	   *name = OffsetsPipelineArg(fcinfo, 0);
 	text	   *source = SourceArg(fcinfo, 1);
 	Pipeline   *p;
 	Oid			table_owner;
@@ -430,7 +430,7 @@ exactonce_reset_source(PG_FUNCTION_ARGS)
 Datum
 exactonce_committed_offset(PG_FUNCTION_ARGS)
 {
-	char	   *name = PipelineArg(fcinfo, 0);
+	char	   *name = OffsetsPipelineArg(fcinfo, 0);
 	text	   *source = SourceArg(fcinfo, 1);
 	Pipeline   *p;
 	Datum		values[2];

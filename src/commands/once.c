@@ -26,7 +26,7 @@
  * tokens of a scope need the privileges of that role.  Both tables belong to
  * the extension's owner and grant nothing to PUBLIC: the functions check the
  * caller's rights, then run their statements as the tables' owner with the
- * search_path pinned, the way pipeline.c writes the registry.  Tokens are
+ * search_path pinned, the way catalog/pipeline.c writes the registry.  Tokens are
  * forgotten by exactonce.forget() and by nothing else.
  *
  *-------------------------------------------------------------------------
@@ -47,8 +47,8 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "catalog/statement.h"
 #include "exactonce.h"
-#include "statement.h"
 
 PG_FUNCTION_INFO_V1(exactonce_once);
 PG_FUNCTION_INFO_V1(exactonce_once_result);

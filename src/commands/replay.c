@@ -27,11 +27,11 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-#include "drain.h"
-#include "event.h"
-#include "pipeline.h"
-#include "progress.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "engine/drain.h"
+#include "engine/event.h"
+#include "engine/progress.h"
 
 PG_FUNCTION_INFO_V1(exactonce_replay_dead_letters);
 

@@ -33,9 +33,9 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-#include "pipeline.h"
-#include "progress.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "engine/progress.h"
 
 PG_FUNCTION_INFO_V1(exactonce_prune);
 

@@ -29,13 +29,13 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "pipeline.h"
-#include "progress.h"
-#include "queue.h"
-#include "shape.h"
-#include "shmem.h"
-#include "statement.h"
-#include "worker.h"
+#include "catalog/pipeline.h"
+#include "catalog/shape.h"
+#include "catalog/statement.h"
+#include "engine/progress.h"
+#include "engine/queue.h"
+#include "utils/shmem.h"
+
 
 PG_FUNCTION_INFO_V1(exactonce_pipeline_stats);
 
@@ -66,7 +66,7 @@ MsInterval(double ms)
 }
 
 /*
- * WorkerColumns fills worker_pid, worker_state, latency_p50, latency_p99 and
+ * StatsWorkerColumns fills worker_pid, worker_state, latency_p50, latency_p99 and
  * last_error of a pipeline from the slots of the workers that serve its
  * shards: the pid of shard 0's worker, "draining" if any of them drains it,
  * the latencies of all their recent batches, the error of a failing one.
@@ -74,7 +74,7 @@ MsInterval(double ms)
  * not what exactonce made) is "unreadable", whatever its workers do.
  */
 static void
-WorkerColumns(int32 id, int nshards, bool paused, bool unreadable, Datum *values, bool *nulls)
+StatsWorkerColumns(int32 id, int nshards, bool paused, bool unreadable, Datum *values, bool *nulls)
 {
 	double		latencies[EXACTONCE_LATENCY_SAMPLES * EXACTONCE_MAX_SHARDS];
 	int			nlatency = 0;
@@ -97,7 +97,7 @@ WorkerColumns(int32 id, int nshards, bool paused, bool unreadable, Datum *values
 			PipelineStat *st = NULL;
 
 			if (slot->pid == 0 || slot->dboid != MyDatabaseId || slot->nworkers == 0 ||
-				!WorkerServes(id, s, slot->nworkers, slot->index))
+				!ShmemWorkerServes(id, s, slot->nworkers, slot->index))
 				continue;
 			if (nulls[0])
 			{
@@ -148,19 +148,19 @@ WorkerColumns(int32 id, int nshards, bool paused, bool unreadable, Datum *values
 
 /*
  * ReadProgress fills the columns paused .. last_batch_at of one pipeline
- * (ProgressColumns callback, in a subtransaction).
+ * (StatsProgressColumns callback, in a subtransaction).
  */
-typedef struct ProgressView
+typedef struct StatsProgress
 {
 	int32		id;
 	Datum	   *values;
 	bool	   *nulls;
-} ProgressView;
+} StatsProgress;
 
 static void
 ReadProgress(void *arg)
 {
-	ProgressView *pr = arg;
+	StatsProgress *pr = arg;
 	Pipeline   *p = PipelineLoadById(pr->id, SHAPE_MONITOR);
 	const char *s;
 	HeapTuple	tup;
@@ -211,15 +211,15 @@ ReadProgress(void *arg)
 }
 
 /*
- * ProgressColumns reads one pipeline's progress into values; a pipeline
+ * StatsProgressColumns reads one pipeline's progress into values; a pipeline
  * whose relations are broken keeps NULLs there and does not break the view.
  */
 static void
-ProgressColumns(int32 id, Datum *values, bool *nulls)
+StatsProgressColumns(int32 id, Datum *values, bool *nulls)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	ProgressView pr = {id, values, nulls};
+	StatsProgress pr = {id, values, nulls};
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -286,13 +286,13 @@ exactonce_pipeline_stats(PG_FUNCTION_ARGS)
 		}
 
 		if (OidIsValid(get_namespace_oid(name, true)))
-			ProgressColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
-							values, nulls);
+			StatsProgressColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
+								 values, nulls);
 		values[21] = SPI_getbinval(reg, registry->tupdesc, 6, &isnull);
 		nulls[21] = false;
-		WorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
-					  DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]), nulls[4],
-					  &values[16], &nulls[16]);
+		StatsWorkerColumns(DatumGetInt32(SPI_getbinval(reg, registry->tupdesc, 5, &isnull)),
+						   DatumGetInt32(values[21]), !nulls[4] && DatumGetBool(values[4]), nulls[4],
+						   &values[16], &nulls[16]);
 
 		/*
 		 * an error can quote event data: the owner's, as

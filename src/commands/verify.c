@@ -34,10 +34,11 @@
 #include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
-#include "pipeline.h"
-#include "progress.h"
-#include "statement.h"
-#include "worker.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "engine/cell.h"
+#include "engine/progress.h"
+#include "utils/wake.h"
 
 PG_FUNCTION_INFO_V1(exactonce_verify);
 PG_FUNCTION_INFO_V1(exactonce_rebuild);
@@ -492,6 +493,6 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
-	WorkerAppliedAtCommit();
+	WakeWaitersAtCommit();
 	PG_RETURN_INT64((int64) cells);
 }

@@ -43,8 +43,8 @@
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
-#include "pipeline.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
 
 #define VIEW_MAX_KEYS	EXACTONCE_MAX_DIMENSIONS
 

@@ -9,7 +9,7 @@
  * that applies what it took, so then every event committed before the call
  * is in the aggregates.  Each transaction that moves a position or the
  * rotation on broadcasts a condition variable in shared memory as it
- * commits (WorkerAppliedAtCommit), on which the waiter sleeps: it looks
+ * commits (WakeWaitersAtCommit), on which the waiter sleeps: it looks
  * again only when something changed.
  *
  *-------------------------------------------------------------------------
@@ -29,11 +29,11 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pipeline.h"
-#include "progress.h"
-#include "queue.h"
-#include "shmem.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "engine/progress.h"
+#include "engine/queue.h"
+#include "utils/shmem.h"
 
 PG_FUNCTION_INFO_V1(exactonce_wait_applied);
 
@@ -65,11 +65,11 @@ CheckWaiter(Pipeline *p)
 static void
 RequireNoInsert(Pipeline *p)
 {
-	Oid			rels[1 + EXACTONCE_SLOTS];
+	Oid			rels[1 + EXACTONCE_PARTITIONS];
 
 	rels[0] = p->ingest;
-	for (int i = 0; i < EXACTONCE_SLOTS; i++)
-		rels[1 + i] = p->slots[i];
+	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
+		rels[1 + i] = p->partitions[i];
 	for (int i = 0; i < lengthof(rels); i++)
 	{
 		LOCKTAG		tag;

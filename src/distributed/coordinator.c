@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * distributed.c
+ * coordinator.c
  *		Key-sharded pipelines over several servers, on postgres_fdw.
  *
  * A distributed pipeline is an ordinary pipeline of the same name on each
@@ -21,20 +21,10 @@
  * A node that is down makes an insert for its keys, or a read of the
  * aggregates, fail with an error that names its server (postgres_fdw's, on
  * connecting; one that goes down mid-transaction fails it without the
- * name); nothing partial is returned.  A producer whose statement failed resends it: the events that
- * reached a node before are duplicates there.
+ * name); nothing partial is returned.  A producer whose statement failed
+ * resends it: the events that reached a node before are duplicates there.
  *
- * The nodes are reached through libpq, the way postgres_fdw connects, to
- * create, drop, flush, pause and resume the pipeline on each, and to move
- * keys (move.c): always with the foreign server's user mapping of the
- * pipeline's owner, whoever calls, never the caller's, so that a superuser
- * who flushes a role's pipeline runs nothing on a node with more rights
- * than that role's mapping gives.  An owner that is not a superuser must
- * connect with the password of its mapping, as postgres_fdw demands, never
- * with the server's own credentials.  The wait for a node's answer is on
- * the latch, so a cancel or statement_timeout interrupts it and cancels the
- * statement there; the connection itself waits at most the server's
- * connect_timeout.
+ * The nodes are reached through node.c, always as the pipeline's owner.
  *
  * A registry row stands for a pipeline only while the schema of its name
  * exists, belongs to the row's owner and is no pipeline of one server: a
@@ -64,248 +54,19 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
-#include "distributed.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "distributed/coordinator.h"
+#include "distributed/node.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_distributed_pipeline);
 
 /*
- * CheckPassword insists, as postgres_fdw does, that an owner that is not a
- * superuser connects with a password of its own user mapping, unless a
- * superuser set password_required 'false' there: otherwise libpq could
- * authenticate it with the server's own credentials (a .pgpass of the
- * operating system user, peer or trust authentication).
- */
-static void
-CheckPassword(UserMapping *um, Oid owner, const char *servername)
-{
-	ListCell   *lc;
-	bool		required = true;
-
-	foreach(lc, um->options)
-	{
-		DefElem    *d = lfirst_node(DefElem, lc);
-
-		if (strcmp(d->defname, "password") == 0 && defGetString(d)[0] != '\0')
-			return;
-		if (strcmp(d->defname, "password_required") == 0)
-			required = defGetBoolean(d);
-	}
-	if (required)
-		ereport(ERROR,
-				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
-				 errmsg("password is required"),
-				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\", which is not a superuser and connects only with a password of its user mapping.",
-						   GetUserNameFromId(owner, false)),
-				 errhint("Add a password to the user mapping for server \"%s\".", servername)));
-}
-
-/*
- * NodeConnect connects to the node of a postgres_fdw foreign server with
- * the user mapping of owner, the pipeline's owner, whoever the caller is.
- */
-PGconn *
-NodeConnect(Oid owner, const char *servername)
-{
-	ForeignServer *server = GetForeignServerByName(servername, false);
-	ForeignDataWrapper *fdw = GetForeignDataWrapper(server->fdwid);
-	UserMapping *um;
-	PQconninfoOption *known = PQconndefaults();
-	const char **keywords;
-	const char **values;
-	int			n = 0;
-	List	   *options;
-	ListCell   *lc;
-	PGconn	   *conn;
-
-	if (strcmp(fdw->fdwname, "postgres_fdw") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FDW_ERROR),
-				 errmsg("server \"%s\" is not a postgres_fdw server", servername)));
-	if (pg_foreign_server_aclcheck(server->serverid, owner, ACL_USAGE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for foreign server %s", servername),
-				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\".",
-						   GetUserNameFromId(owner, false))));
-	um = GetUserMapping(owner, server->serverid);
-	if (!superuser_arg(owner))
-		CheckPassword(um, owner, servername);
-	options = list_concat(list_copy(server->options), um->options);
-	keywords = palloc(sizeof(char *) * (list_length(options) + 3));
-	values = palloc(sizeof(char *) * (list_length(options) + 3));
-
-	/* the options libpq knows; postgres_fdw's own ones are not for it */
-	foreach(lc, options)
-	{
-		DefElem    *d = lfirst_node(DefElem, lc);
-
-		for (PQconninfoOption *o = known; o != NULL && o->keyword != NULL; o++)
-			if (strcmp(o->keyword, d->defname) == 0 && strchr(o->dispchar, 'D') == NULL)
-			{
-				keywords[n] = d->defname;
-				values[n++] = defGetString(d);
-				break;
-			}
-	}
-	keywords[n] = "fallback_application_name";
-	values[n++] = "exactonce";
-	keywords[n] = "client_encoding";
-	values[n++] = GetDatabaseEncodingName();
-	keywords[n] = NULL;
-	values[n] = NULL;
-	PQconninfoFree(known);
-
-	conn = PQconnectdbParams(keywords, values, false);
-	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
-	{
-		char	   *msg = conn ? pchomp(PQerrorMessage(conn)) : "out of memory";
-
-		PQfinish(conn);
-		ereport(ERROR,
-				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-				 errmsg("could not connect to server \"%s\"", servername),
-				 errdetail_internal("%s", msg)));
-	}
-	if (!superuser_arg(owner) && !PQconnectionUsedPassword(conn))
-	{
-		PQfinish(conn);
-		ereport(ERROR,
-				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
-				 errmsg("password is required"),
-				 errdetail("The pipeline's owner, role \"%s\", is not a superuser, and server \"%s\" did not ask for a password.",
-						   GetUserNameFromId(owner, false), servername),
-				 errhint("The user mapping for server \"%s\" must carry a password the node asks for.",
-						 servername)));
-	}
-	return conn;
-}
-
-/*
- * NodeResult waits for the last result of the query sent on conn, on the
- * latch and the socket, so that a cancel, a timeout or a shutdown
- * interrupts the wait.
- */
-static PGresult *
-NodeResult(PGconn *conn)
-{
-	PGresult   *last = NULL;
-
-	for (;;)
-	{
-		PGresult   *res;
-
-		while (PQisBusy(conn))
-		{
-			int			rc = WaitLatchOrSocket(MyLatch,
-											   WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
-											   PQsocket(conn), -1L, PG_WAIT_EXTENSION);
-
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			/* connection trouble: PQgetResult says what */
-			if ((rc & WL_SOCKET_READABLE) && !PQconsumeInput(conn))
-				break;
-		}
-		res = PQgetResult(conn);
-		if (res == NULL)
-			return last;
-		PQclear(last);
-		last = res;
-	}
-}
-
-/*
- * NodeRun runs one statement with text parameters on an open connection to
- * the node of a server and returns its result, which the caller clears.  An
- * error there is raised here, with its SQLSTATE, naming the server.
- * Interrupted, it cancels the statement on the node.
- */
-PGresult *
-NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, const char **params)
-{
-	PGresult   *volatile res = NULL;
-	char	   *error;
-	char	   *volatile sqlstate = NULL;
-
-	PG_TRY();
-	{
-		if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-			res = NodeResult(conn);
-	}
-	PG_CATCH();
-	{
-		PGcancel   *cancel = PQgetCancel(conn);
-		char		buf[256];
-
-		if (cancel)
-		{
-			(void) PQcancel(cancel, buf, sizeof(buf));
-			PQfreeCancel(cancel);
-		}
-		PQclear(res);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK))
-		return res;
-	error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-	if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
-		sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
-	PQclear(res);
-	ereport(ERROR,
-			(errcode(sqlstate && strlen(sqlstate) == 5 ?
-					 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
-					 ERRCODE_FDW_ERROR),
-			 errmsg("on server \"%s\": %s", servername, error)));
-	pg_unreachable();
-}
-
-/*
- * NodeValue returns column col of the first row of a result, or NULL.
- */
-char *
-NodeValue(PGresult *res, int col)
-{
-	if (PQntuples(res) == 0 || PQgetisnull(res, 0, col))
-		return NULL;
-	return pstrdup(PQgetvalue(res, 0, col));
-}
-
-/*
- * NodeExec runs one statement on the node of a server, on a connection of
- * its own with owner's user mapping, and returns the first column of its
- * first row (NULL if none).
- */
-static char *
-NodeExec(Oid owner, const char *servername, const char *sql, int nparams, const char **params)
-{
-	PGconn	   *volatile conn = NodeConnect(owner, servername);
-	char	   *volatile result = NULL;
-
-	PG_TRY();
-	{
-		PGresult   *res = NodeRun(conn, servername, sql, nparams, params);
-
-		result = NodeValue(res, 0);
-		PQclear(res);
-	}
-	PG_FINALLY();
-	{
-		PQfinish(conn);
-	}
-	PG_END_TRY();
-	return result;
-}
-
-/*
- * NodeDrop drops the pipeline on the node of a server, as owner; with
+ * DropOnNode drops the pipeline on the node of a server, as owner; with
  * quietly, an error there is forgotten (the node is down, or had no such
  * pipeline).
  */
 static void
-NodeDrop(Oid owner, const char *servername, const char *name, bool force, bool quietly)
+DropOnNode(Oid owner, const char *servername, const char *name, bool force, bool quietly)
 {
 	const char *params[2] = {name, force ? "true" : "false"};
 	MemoryContext cxt = CurrentMemoryContext;
@@ -359,13 +120,13 @@ StaleReason(Distributed *d)
 }
 
 /*
- * DistributedLoad reads a distributed pipeline's registry row and returns
+ * CoordinatorLoad reads a distributed pipeline's registry row and returns
  * true if it stands for a pipeline; false if there is none, or if it is
  * stale (d->stale then says why, and d->single whether a pipeline of one
  * server has the name).  SPI must be connected.
  */
 bool
-DistributedLoad(const char *name, Distributed *d)
+CoordinatorLoad(const char *name, Distributed *d)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
@@ -440,14 +201,14 @@ ReportStale(Distributed *d)
 }
 
 /*
- * DistributedOpen loads a distributed pipeline for its owner: an error if
+ * CoordinatorOpen loads a distributed pipeline for its owner: an error if
  * there is none, if its registry row is stale, or if the caller lacks the
  * owner's rights.  SPI must be connected.
  */
 void
-DistributedOpen(const char *name, Distributed *d)
+CoordinatorOpen(const char *name, Distributed *d)
 {
-	if (!DistributedLoad(name, d))
+	if (!CoordinatorLoad(name, d))
 	{
 		if (d->stale == NULL)
 			ereport(ERROR,
@@ -477,26 +238,26 @@ ForgetRow(const char *name)
 }
 
 /*
- * DistributedForgetStale deletes the registry row of name if it is stale:
+ * CoordinatorForgetStale deletes the registry row of name if it is stale:
  * a pipeline about to take the name must not be shadowed by it.  Its
  * nodes' pipelines are left alone; their owner drops them there.
  */
 void
-DistributedForgetStale(const char *name)
+CoordinatorForgetStale(const char *name)
 {
 	Distributed d;
 	int			nestlevel;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	if (!DistributedLoad(name, &d) && d.stale != NULL)
+	if (!CoordinatorLoad(name, &d) && d.stale != NULL)
 		ForgetRow(name);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 }
 
 /*
- * DistributedRun does action (flush, pause, resume, drop) on a distributed
+ * CoordinatorRun does action (flush, pause, resume, drop) on a distributed
  * pipeline's nodes, if name is one, and returns true; *result is the sum of
  * what flush returned.  drop also drops the coordinator's schema and
  * registry row (force: even if a node cannot be reached).  A stale registry
@@ -506,7 +267,7 @@ DistributedForgetStale(const char *name)
  * action is refused.
  */
 bool
-DistributedRun(const char *name, const char *action, bool force, int64 *result)
+CoordinatorRun(const char *name, const char *action, bool force, int64 *result)
 {
 	Distributed d;
 	int			nestlevel;
@@ -516,7 +277,7 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 	*result = 0;
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	if (!DistributedLoad(name, &d))
+	if (!CoordinatorLoad(name, &d))
 	{
 		bool		found = d.stale != NULL && !d.single;
 
@@ -526,7 +287,7 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 			if (!drop || !force)
 				ReportStale(&d);
 			for (int i = 0; i < d.nnodes; i++)
-				NodeDrop(d.owner, d.servers[i], name, true, true);
+				DropOnNode(d.owner, d.servers[i], name, true, true);
 			ForgetRow(name);
 		}
 		StatementUnpinSearchPath(nestlevel);
@@ -540,7 +301,7 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 
 		if (drop)
 		{
-			NodeDrop(d.owner, d.servers[i], name, force, force);
+			DropOnNode(d.owner, d.servers[i], name, force, force);
 			continue;
 		}
 		r = NodeExec(d.owner, d.servers[i], psprintf("SELECT exactonce.%s($1)", action), 1, params);
@@ -549,7 +310,7 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 	}
 	if (drop)
 	{
-		/* the owner's, as DistributedLoad checked */
+		/* the owner's, as CoordinatorLoad checked */
 		if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)
 			elog(ERROR, "could not drop schema of distributed pipeline \"%s\"", name);
 		ForgetRow(name);
@@ -560,11 +321,11 @@ DistributedRun(const char *name, const char *action, bool force, int64 *result)
 }
 
 /*
- * DistributedNodeDDL returns the statements that make the coordinator's
+ * CoordinatorNodeDDL returns the statements that make the coordinator's
  * foreign tables of node i's cells and row of exactonce.pipelines.
  */
 char *
-DistributedNodeDDL(Distributed *d, int i)
+CoordinatorNodeDDL(Distributed *d, int i)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(d->name);
@@ -596,11 +357,11 @@ DistributedNodeDDL(Distributed *d, int i)
 }
 
 /*
- * DistributedViewsDDL returns the statements that make, or remake with one
+ * CoordinatorViewsDDL returns the statements that make, or remake with one
  * more node, the coordinator's views over the nodes.
  */
 char *
-DistributedViewsDDL(Distributed *d)
+CoordinatorViewsDDL(Distributed *d)
 {
 	StringInfoData sql;
 	StringInfoData dims;
@@ -619,7 +380,7 @@ DistributedViewsDDL(Distributed *d)
 		const char *sum = quote_identifier(psprintf("%s_sum", d->measures[j]));
 		const char *count = quote_identifier(psprintf("%s_count", d->measures[j]));
 
-		/* the average as each node computes it (pipeline.c), from the sums */
+		/* the average as each node computes it, from the sums */
 		appendStringInfo(&sql, "pg_catalog.sum(%1$s) AS %1$s, pg_catalog.sum(%2$s)::pg_catalog.int8 AS %2$s,"
 						 " pg_catalog.trim_scale(pg_catalog.sum(%1$s)) OPERATOR(pg_catalog./)"
 						 " NULLIF(pg_catalog.sum(%2$s), 0) AS %3$s, ",
@@ -672,19 +433,19 @@ BuildCoordinatorDDL(Distributed *d)
 					 s);
 	for (int i = 0; i < d->nnodes; i++)
 	{
-		appendStringInfoString(&sql, DistributedPartitionDDL(d, d->nnodes, i, d->servers[i]));
-		appendStringInfoString(&sql, DistributedNodeDDL(d, i));
+		appendStringInfoString(&sql, CoordinatorPartitionDDL(d, d->nnodes, i, d->servers[i]));
+		appendStringInfoString(&sql, CoordinatorNodeDDL(d, i));
 	}
-	appendStringInfoString(&sql, DistributedViewsDDL(d));
+	appendStringInfoString(&sql, CoordinatorViewsDDL(d));
 	return sql.data;
 }
 
 /*
- * DistributedPartitionDDL returns the statement that makes the partition of
+ * CoordinatorPartitionDDL returns the statement that makes the partition of
  * ingest for the keys of hash remainder r of modulus m, on a server.
  */
 char *
-DistributedPartitionDDL(Distributed *d, int m, int r, const char *server)
+CoordinatorPartitionDDL(Distributed *d, int m, int r, const char *server)
 {
 	const char *s = quote_identifier(d->name);
 
@@ -696,14 +457,14 @@ DistributedPartitionDDL(Distributed *d, int m, int r, const char *server)
 }
 
 /*
- * NodeAdopt makes the pipeline a node already has node i of a distributed
+ * AdoptNodePipeline makes the pipeline a node already has node i of a distributed
  * pipeline, and returns true; false if it has none.  Its definition must be
  * the distributed pipeline's, and its keys those of hash partition i.
  * params are create_pipeline's: name, dimensions, mode, shards, measures,
  * min_max.
  */
 static bool
-NodeAdopt(Distributed *d, int i, const char **params)
+AdoptNodePipeline(Distributed *d, int i, const char **params)
 {
 	const char *check[6] = {params[0], params[1], params[2], params[4], params[5], NULL};
 	char	   *same;
@@ -862,7 +623,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 				 errmsg("schema \"%s\" already exists", d.name),
 				 errhint("Choose a pipeline name that is not the name of an existing schema.")));
 	/* a registry row left by a schema dropped by hand */
-	DistributedForgetStale(d.name);
+	CoordinatorForgetStale(d.name);
 
 	/* the pipeline on each node; undone on the others if one fails */
 	cxt = CurrentMemoryContext;
@@ -873,7 +634,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 		/* each node checks the definition as create_pipeline does */
 		for (; made < d.nnodes; made++)
 		{
-			if (adopt && NodeAdopt(&d, made, params))
+			if (adopt && AdoptNodePipeline(&d, made, params))
 			{
 				adopted[made] = true;
 				continue;
@@ -892,7 +653,7 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 		FlushErrorState();
 		for (int i = 0; i < made; i++)
 			if (!adopted[i])
-				NodeDrop(d.owner, d.servers[i], d.name, true, true);
+				DropOnNode(d.owner, d.servers[i], d.name, true, true);
 		ReThrowError(err);
 	}
 	PG_END_TRY();

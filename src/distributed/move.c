@@ -30,7 +30,7 @@
  * for its prepared transactions on both nodes first.
  *
  * move_keys() reaches both nodes with the user mappings of the pipeline's
- * owner (distributed.c), whoever calls it.  A node trusts its peer no more
+ * owner (node.c), whoever calls it.  A node trusts its peer no more
  * than its own producers: move_keys_in() refuses the move if a row it is
  * sent lacks its key or version or has a key outside the range, or if a
  * state row holds what the state stage would have sent to dead letters (a
@@ -68,13 +68,15 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "distributed.h"
-#include "drain.h"
-#include "event.h"
-#include "pipeline.h"
-#include "progress.h"
-#include "state.h"
-#include "statement.h"
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+#include "distributed/coordinator.h"
+#include "distributed/move.h"
+#include "distributed/node.h"
+#include "engine/drain.h"
+#include "engine/event.h"
+#include "engine/progress.h"
+#include "engine/state.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
 PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
@@ -763,7 +765,7 @@ Repartition(Distributed *d, Partition *part, int32 modulus, int32 remainder, con
 	appendStringInfo(&sql, "ALTER TABLE %1$s.ingest DETACH PARTITION %1$s.%2$s;\nDROP FOREIGN TABLE %1$s.%2$s;\n",
 					 s, quote_identifier(part->relname));
 	for (int32 r = part->remainder; r < modulus; r += part->modulus)
-		appendStringInfoString(&sql, DistributedPartitionDDL(d, modulus, r, r == remainder ? server : part->server));
+		appendStringInfoString(&sql, CoordinatorPartitionDDL(d, modulus, r, r == remainder ? server : part->server));
 	*new_node = true;
 	for (int i = 0; i < d->nnodes; i++)
 		if (strcmp(d->servers[i], server) == 0)
@@ -778,8 +780,8 @@ Repartition(Distributed *d, Partition *part, int32 modulus, int32 remainder, con
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("a distributed pipeline has at most %d servers", DIST_MAX_NODES)));
 		d->servers[d->nnodes++] = pstrdup(server);
-		appendStringInfoString(&sql, DistributedNodeDDL(d, d->nnodes - 1));
-		appendStringInfoString(&sql, DistributedViewsDDL(d));
+		appendStringInfoString(&sql, CoordinatorNodeDDL(d, d->nnodes - 1));
+		appendStringInfoString(&sql, CoordinatorViewsDDL(d));
 		StatementExecAs(StatementTableOwner("distributed_pipeline"),
 						StatementPrepareFixed("UPDATE exactonce.distributed_pipeline"
 											  " SET servers = servers OPERATOR(pg_catalog.||) $2::pg_catalog.name"
@@ -999,7 +1001,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	DistributedOpen(mv.name, &d);
+	CoordinatorOpen(mv.name, &d);
 
 	/*
 	 * The coordinator's part is the owner's, whoever calls: the partitions

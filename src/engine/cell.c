@@ -21,8 +21,8 @@
 #include "utils/array.h"
 #include "utils/lsyscache.h"
 
-#include "cell.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "engine/cell.h"
 
 /*
  * CellHash hashes a cell's encoded identity.

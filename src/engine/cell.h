@@ -10,7 +10,7 @@
 
 #include "utils/hsearch.h"
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 /* A cell's identity, encoded as its grouping and length-prefixed values. */
 typedef struct CellKey

@@ -32,8 +32,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-#include "distinct.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "engine/distinct.h"
 
 /*
  * DistinctTableCreate makes an empty table of members in the current

@@ -12,8 +12,8 @@
 #include "executor/spi.h"
 #include "utils/hsearch.h"
 
-#include "cell.h"
-#include "event.h"
+#include "engine/cell.h"
+#include "engine/event.h"
 
 /* The change of how many contributions of a cell have one value. */
 typedef struct Member

@@ -37,24 +37,22 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "catalog/pipeline.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-#include "distributed.h"
-#include "drain.h"
-#include "event.h"
-#include "fault.h"
-#include "feed.h"
-#include "map.h"
-#include "progress.h"
-#include "queue.h"
-#include "reduce.h"
-#include "state.h"
-#include "statement.h"
-
-PG_FUNCTION_INFO_V1(exactonce_flush);
+#include "catalog/statement.h"
+#include "engine/drain.h"
+#include "engine/event.h"
+#include "engine/feed.h"
+#include "engine/map.h"
+#include "engine/progress.h"
+#include "engine/queue.h"
+#include "engine/reduce.h"
+#include "engine/state.h"
+#include "utils/fault.h"
 
 /* exactonce.batch_size and exactonce.batch_memory (kB) */
 static int	exactonce_batch_size = 100000;
@@ -262,10 +260,10 @@ typedef struct BatchWork
 } BatchWork;
 
 /*
- * StateAndMap runs stages 1 and 2 on a batch (RunInSubxact callback).
+ * DrainStateAndMap runs stages 1 and 2 on a batch (RunInSubxact callback).
  */
 static void
-StateAndMap(void *arg)
+DrainStateAndMap(void *arg)
 {
 	BatchWork  *b = arg;
 	int			ndeltas;
@@ -304,7 +302,7 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 
 	for (;;)
 	{
-		ErrorData  *err = RunInSubxact(StateAndMap, &b, Retryable);
+		ErrorData  *err = RunInSubxact(DrainStateAndMap, &b, Retryable);
 
 		if (err == NULL)
 		{
@@ -339,23 +337,23 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 }
 
 /*
- * Reduce runs stage 3 on all staged batches (RunInSubxact callback).
+ * DrainReduce runs stage 3 on all staged batches (RunInSubxact callback).
  */
 static void
-Reduce(void *arg)
+DrainReduce(void *arg)
 {
 	ReduceApply((Pipeline *) arg, (Datum) 0, false);
 }
 
 /*
- * ReduceWithRetry runs stage 3, retrying transient failures.
+ * DrainReduceWithRetry runs stage 3, retrying transient failures.
  */
 static void
-ReduceWithRetry(Pipeline *p)
+DrainReduceWithRetry(Pipeline *p)
 {
 	for (int attempt = 1;; attempt++)
 	{
-		ErrorData  *err = RunInSubxact(Reduce, p, Retryable);
+		ErrorData  *err = RunInSubxact(DrainReduce, p, Retryable);
 
 		if (err == NULL)
 			return;
@@ -366,21 +364,21 @@ ReduceWithRetry(Pipeline *p)
 }
 
 /* The progress row, as a worker locks it. */
-typedef struct ProgressRow
+typedef struct DrainProgressRow
 {
 	Pipeline   *p;
 	int64		rotation;
 	int64		drain_rotation;
 	bool		paused;
-} ProgressRow;
+} DrainProgressRow;
 
 /*
- * LockProgress locks and reads the progress row (RunInSubxact callback).
+ * DrainLockProgress locks and reads the progress row (RunInSubxact callback).
  */
 static void
-LockProgress(void *arg)
+DrainLockProgress(void *arg)
 {
-	ProgressRow *row = arg;
+	DrainProgressRow *row = arg;
 
 	ProgressLock(row->p, &row->rotation, &row->drain_rotation, &row->paused);
 }
@@ -395,7 +393,7 @@ IsLockTimeout(int sqlerrcode)
 }
 
 /*
- * WorkerLockProgress is ProgressLock for the workers.  The shards of a
+ * DrainLockProgressPatiently is ProgressLock for the workers.  The shards of a
  * pipeline hold its progress row from reduce to commit, which is short; a
  * caller may hold it for long (a flush, pause() in a transaction left open,
  * a prepared transaction).  So the worker waits on the row lock, woken the
@@ -404,11 +402,11 @@ IsLockTimeout(int sqlerrcode)
  * (ProgressHeld), backs off this pipeline and serves the others.
  */
 static void
-WorkerLockProgress(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+DrainLockProgressPatiently(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
-	ProgressRow row = {p, 0, 0, false};
+	DrainProgressRow row = {p, 0, 0, false};
 
-	if (RunInSubxact(LockProgress, &row, IsLockTimeout) != NULL)
+	if (RunInSubxact(DrainLockProgress, &row, IsLockTimeout) != NULL)
 		ProgressHeld(p);
 	*rotation = row.rotation;
 	*drain_rotation = row.drain_rotation;
@@ -474,7 +472,7 @@ DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 		r = DrainBatch(p, shard, pos, *limit, &counts);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
 		if (r.taken > 0)
-			ReduceWithRetry(p);
+			DrainReduceWithRetry(p);
 		BatchAdapt(limit, r.taken, BatchMemory());
 		SPI_finish();
 		total += r.taken;
@@ -522,7 +520,7 @@ DrainPipeline(Pipeline *p)
 		ProgressShardRecord(p, s, &end, taken);
 		total += taken;
 	}
-	ReduceWithRetry(p);
+	DrainReduceWithRetry(p);
 
 	QueueRetire(p, drain_rotation, rotation, false);
 	ProgressRecord(p, &no_counts, 0, rotation);
@@ -542,7 +540,7 @@ DrainEvents(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *coun
 	for (int first = 0; first < n; first += exactonce_batch_size)
 		ProcessBatch(p, events + first, Min(exactonce_batch_size, n - first), rotation, counts);
 	if (n > 0)
-		ReduceWithRetry(p);
+		DrainReduceWithRetry(p);
 }
 
 /*
@@ -559,7 +557,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 	if (drain_rotation < rotation)
 	{
 		QueuePosition shards[EXACTONCE_MAX_SHARDS];
-		int			slotno = (int) (drain_rotation % EXACTONCE_SLOTS);
+		int			slotno = (int) (drain_rotation % EXACTONCE_PARTITIONS);
 
 		/* the last shard to finish does this */
 		ProgressShardsRead(p, false, shards);
@@ -571,7 +569,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		 * Do not wait for a reader of the partition (pg_dump, a long query)
 		 * to truncate it: try again soon, while other pipelines go on.
 		 */
-		if (!QueueLockPartition(p->slots[slotno]))
+		if (!QueueLockPartition(p->partitions[slotno]))
 		{
 			r.sealing = true;
 			return r;
@@ -581,7 +579,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		FaultMaybeFail(FAULT_RETIRE);
 		r.worked = true;
 	}
-	if (QueueHasRows(p, (int) (rotation % EXACTONCE_SLOTS)))
+	if (QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS)))
 	{
 		ProgressRotate(p);
 		r.worked = r.rotated = true;
@@ -664,42 +662,15 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
 		ProgressShardRecord(p, shard, &pos, r.taken);
-		WorkerLockProgress(p, &rotation, &drain_rotation, &paused);
+		DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
 		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
-		ReduceWithRetry(p);
+		DrainReduceWithRetry(p);
 		BatchAdapt(limit, r.taken, BatchMemory());
 		return r;
 	}
 
-	WorkerLockProgress(p, &rotation, &drain_rotation, &paused);
+	DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
 	return FinishRotation(p, rotation, drain_rotation);
-}
-
-/*
- * exactonce_flush drains a pipeline synchronously and returns the number of
- * events it took from the queue.
- */
-Datum
-exactonce_flush(PG_FUNCTION_ARGS)
-{
-	Pipeline   *p;
-	int64		taken;
-	int			nestlevel;
-
-	if (DistributedRun(text_to_cstring(PG_GETARG_TEXT_PP(0)), "flush", false, &taken))
-		PG_RETURN_INT64(taken);
-	PipelineRequireReadCommitted("exactonce.flush()");
-	SPI_connect();
-	nestlevel = StatementPinSearchPath();
-	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	PipelineActAsOwner(p);
-	taken = DrainPipeline(p);
-	/* the workers fold the feed; so does a flush, which may be all there is */
-	(void) FeedTrim(p);
-	PipelineActAsCaller(p);
-	StatementUnpinSearchPath(nestlevel);
-	SPI_finish();
-	PG_RETURN_INT64(taken);
 }

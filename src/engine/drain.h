@@ -9,7 +9,7 @@
 #ifndef EXACTONCE_DRAIN_H
 #define EXACTONCE_DRAIN_H
 
-#include "queue.h"
+#include "engine/queue.h"
 
 /* What one step of a worker did. */
 typedef struct DrainResult

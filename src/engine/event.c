@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pipeline.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "funcapi.h"
@@ -26,8 +27,8 @@
 #include "utils/lsyscache.h"
 #include "utils/typcache.h"
 
-#include "event.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "engine/event.h"
 
 /* the event columns before the dimensions, in EV_* order, and their types */
 static const char *const event_columns[EV_DIM0] = {"key", "version", "value", "deleted", "event_time"};

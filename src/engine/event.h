@@ -14,7 +14,7 @@
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 /* One event, from the queue or from a caller's array. */
 typedef struct Event

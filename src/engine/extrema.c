@@ -36,9 +36,9 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-#include "cell.h"
-#include "extrema.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "engine/cell.h"
+#include "engine/extrema.h"
 
 /*
  * AppendColumn appends quoted "<slot's measure>_<suffix>".

@@ -47,6 +47,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "storage/lmgr.h"
@@ -62,10 +63,10 @@
 #include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
-#include "cell.h"
-#include "feed.h"
-#include "progress.h"
-#include "statement.h"
+#include "catalog/statement.h"
+#include "engine/cell.h"
+#include "engine/feed.h"
+#include "engine/progress.h"
 
 PG_FUNCTION_INFO_V1(exactonce_set_feed);
 PG_FUNCTION_INFO_V1(exactonce_feed_read);

@@ -11,7 +11,7 @@
 #include "executor/spi.h"
 #include "utils/hsearch.h"
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 extern void FeedInit(void);
 extern void FeedRecord(Pipeline *p, HTAB *cells, SPITupleTable *rows);

@@ -28,11 +28,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-#include "ledger.h"
-#include "progress.h"
-#include "statement.h"
-
-PG_FUNCTION_INFO_V1(exactonce_release);
+#include "catalog/statement.h"
+#include "engine/ledger.h"
 
 /*
  * A pipeline with measures or min_max stages these too; the ledgers of
@@ -207,35 +204,4 @@ LedgerCollect(Pipeline *p, const char *source, int64 position)
 
 	StatementExec(StatementPrepare(p, BuildLedgerGC, 2, types), values, NULL, -1);
 	return (int64) SPI_processed;
-}
-
-/*
- * exactonce_release forgets the applied tokens an external consumer staged
- * from source at or below position: it promises not to stage them again.
- */
-Datum
-exactonce_release(PG_FUNCTION_ARGS)
-{
-	char	   *source = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	Pipeline   *p;
-	int64		forgotten,
-				dummy;
-	int			nestlevel;
-	bool		paused;
-
-	if (strcmp(source, EXACTONCE_SOURCE_QUEUE) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_RESERVED_NAME),
-				 errmsg("tokens of source \"%s\" are released by the pipeline itself", source),
-				 errhint("Release the tokens of the source your consumer staged under.")));
-	SPI_connect();
-	nestlevel = StatementPinSearchPath();
-	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	PipelineActAsOwner(p);
-	ProgressLock(p, &dummy, &dummy, &paused);
-	forgotten = LedgerCollect(p, source, PG_GETARG_INT64(2));
-	PipelineActAsCaller(p);
-	StatementUnpinSearchPath(nestlevel);
-	SPI_finish();
-	PG_RETURN_INT64(forgotten);
 }

@@ -11,9 +11,9 @@
 
 #include "executor/spi.h"
 
-#include "cell.h"
-#include "distinct.h"
-#include "pipeline.h"
+#include "exactonce.h"
+#include "engine/cell.h"
+#include "engine/distinct.h"
 
 extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
 						int64 position, int ndeltas, CellColumns *cells,

@@ -8,7 +8,7 @@
 #ifndef EXACTONCE_MAP_H
 #define EXACTONCE_MAP_H
 
-#include "event.h"
+#include "engine/event.h"
 
 extern bool MapStage(Pipeline *p, Delta *deltas, int n, const char *source,
 					 int64 position, uint8 *token);

@@ -33,9 +33,9 @@
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 
-#include "progress.h"
-#include "statement.h"
-#include "worker.h"
+#include "catalog/statement.h"
+#include "engine/progress.h"
+#include "utils/wake.h"
 
 /* the columns of a shard's position, in the order PositionFromRow reads */
 #define SHARD_POSITION_COLUMNS \
@@ -183,7 +183,7 @@ ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches, int64 drain_rot
 	SPIPlanPtr	plan = StatementPrepare(p, BuildProgressAdd, 7, types);
 
 	Assert(p->progress_locked);
-	WorkerAppliedAtCommit();
+	WakeWaitersAtCommit();
 
 	values[0] = Int64GetDatum(c->ingested);
 	values[1] = Int64GetDatum(c->applied);
@@ -215,7 +215,7 @@ void
 ProgressRotate(Pipeline *p)
 {
 	Assert(p->progress_locked);
-	WorkerAppliedAtCommit();
+	WakeWaitersAtCommit();
 	StatementExec(StatementPrepare(p, BuildProgressRotate, 0, NULL), NULL, NULL, 1);
 }
 
@@ -337,7 +337,7 @@ ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 take
 	char		nulls[8] = "       ";
 
 	Assert(p->shards_locked & (UINT64CONST(1) << shard));
-	WorkerAppliedAtCommit();
+	WakeWaitersAtCommit();
 	if (!pos->digest_known)
 		nulls[5] = 'n';
 	StatementExec(StatementPrepare(p, BuildShardSet, 7, types), values, nulls, 1);

@@ -9,8 +9,8 @@
 #ifndef EXACTONCE_PROGRESS_H
 #define EXACTONCE_PROGRESS_H
 
-#include "event.h"
-#include "queue.h"
+#include "engine/event.h"
+#include "engine/queue.h"
 
 extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);

@@ -84,9 +84,10 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "ledger.h"
-#include "queue.h"
-#include "shape.h"
+#include "catalog/shape.h"
+#include "catalog/statement.h"
+#include "engine/ledger.h"
+#include "engine/queue.h"
 
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
@@ -147,7 +148,7 @@ QueueProgress(Oid ingest)
 	if (name == NULL || strcmp(name, "ingest") != 0 ||
 		get_rel_relkind(ingest) != RELKIND_PARTITIONED_TABLE ||
 		!OidIsValid(progress) || get_rel_relkind(progress) != RELKIND_RELATION ||
-		PipelineRelationOwner(progress) != PipelineRelationOwner(ingest))
+		StatementRelationOwner(progress) != StatementRelationOwner(ingest))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("relation \"%s\" is not the queue of an exactonce pipeline",
@@ -156,13 +157,13 @@ QueueProgress(Oid ingest)
 }
 
 /*
- * OpenSlot returns the partition of queue "ingest" that takes inserts now.
+ * OpenPartition returns the partition of queue "ingest" that takes inserts now.
  * It locks the queue first, so that a worker sealing the other partition
  * waits for this transaction; only a role that may insert into the queue
  * may take that lock.
  */
 static int
-OpenSlot(Oid ingest)
+OpenPartition(Oid ingest)
 {
 	Oid			progress;
 	AclResult	acl;
@@ -177,7 +178,7 @@ OpenSlot(Oid ingest)
 		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(ingest));
 	LockRelationOid(ingest, RowExclusiveLock);
 
-	slot_cache_slot = (int) (ReadRotation(progress) % EXACTONCE_SLOTS);
+	slot_cache_slot = (int) (ReadRotation(progress) % EXACTONCE_PARTITIONS);
 	slot_cache_ingest = ingest;
 	slot_cache_lxid = MyProc->lxid;
 	slot_cache_subxid = GetCurrentSubTransactionId();
@@ -192,13 +193,13 @@ typedef struct NamedQueue
 } NamedQueue;
 
 /*
- * PipelineQueue returns the queue of the pipeline named by argument argno.
+ * QueueOfPipeline returns the queue of the pipeline named by argument argno.
  * It keeps the last one in fn_extra for the rest of the statement: a COPY
- * evaluates the default and the check once per row.  The lock OpenSlot
+ * evaluates the default and the check once per row.  The lock OpenPartition
  * then takes keeps the queue from being dropped or renamed under it.
  */
 static Oid
-PipelineQueue(FunctionCallInfo fcinfo, int argno)
+QueueOfPipeline(FunctionCallInfo fcinfo, int argno)
 {
 	NamedQueue *cached = fcinfo->flinfo->fn_extra;
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
@@ -222,14 +223,14 @@ PipelineQueue(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * SlotCheck is the check constraint ingest_slot_open: a row may only enter
+ * PartitionCheck is the check constraint ingest_slot_open: a row may only enter
  * the partition taking inserts.  It fails with an error of its own rather
  * than returning false, to say why and what to do.
  */
 static bool
-SlotCheck(int32 slot, Oid ingest)
+PartitionCheck(int32 slot, Oid ingest)
 {
-	int			open = OpenSlot(ingest);
+	int			open = OpenPartition(ingest);
 
 	if (slot != open)
 		ereport(ERROR,
@@ -249,7 +250,7 @@ SlotCheck(int32 slot, Oid ingest)
 Datum
 exactonce_pipeline_slot(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT32(OpenSlot(PipelineQueue(fcinfo, 0)));
+	PG_RETURN_INT32(OpenPartition(QueueOfPipeline(fcinfo, 0)));
 }
 
 /*
@@ -259,7 +260,7 @@ exactonce_pipeline_slot(PG_FUNCTION_ARGS)
 Datum
 exactonce_pipeline_slot_check(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(SlotCheck(PG_GETARG_INT32(0), PipelineQueue(fcinfo, 1)));
+	PG_RETURN_BOOL(PartitionCheck(PG_GETARG_INT32(0), QueueOfPipeline(fcinfo, 1)));
 }
 
 /*
@@ -269,13 +270,13 @@ exactonce_pipeline_slot_check(PG_FUNCTION_ARGS)
 Datum
 exactonce_ingest_slot(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT32(OpenSlot(PG_GETARG_OID(0)));
+	PG_RETURN_INT32(OpenPartition(PG_GETARG_OID(0)));
 }
 
 Datum
 exactonce_ingest_slot_check(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(SlotCheck(PG_GETARG_INT32(0), PG_GETARG_OID(1)));
+	PG_RETURN_BOOL(PartitionCheck(PG_GETARG_INT32(0), PG_GETARG_OID(1)));
 }
 
 /*
@@ -511,7 +512,7 @@ Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
 int
 QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *events)
 {
-	Relation	rel = table_open(p->slots[pos->rotation % EXACTONCE_SLOTS], AccessShareLock);
+	Relation	rel = table_open(p->partitions[pos->rotation % EXACTONCE_PARTITIONS], AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	AttrNumber	attnums[EV_MAX_NATTS];
 	AttrNumber	id_attnum = IdAttnum(rel);
@@ -563,7 +564,7 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 bool
 QueueHasRows(Pipeline *p, int slotno)
 {
-	Relation	rel = table_open(p->slots[slotno], AccessShareLock);
+	Relation	rel = table_open(p->partitions[slotno], AccessShareLock);
 	bool		has = RelationGetNumberOfBlocks(rel) > 0;
 
 	table_close(rel, AccessShareLock);
@@ -588,7 +589,7 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 	*oldest = DT_NOEND;
 	for (int64 r = drain_rotation; r <= rotation; r++)
 	{
-		Oid			relid = p->slots[r % EXACTONCE_SLOTS];
+		Oid			relid = p->partitions[r % EXACTONCE_PARTITIONS];
 		Relation	rel;
 		Snapshot	snap;
 		ItemPointerData mintid,
@@ -762,12 +763,12 @@ void
 QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before)
 {
 	Assert(p->progress_locked);
-	Assert(first <= last && last - first < EXACTONCE_SLOTS);
+	Assert(first <= last && last - first < EXACTONCE_PARTITIONS);
 	for (int64 rotation = first; rotation <= last; rotation++)
 	{
-		int			slotno = (int) (rotation % EXACTONCE_SLOTS);
+		int			slotno = (int) (rotation % EXACTONCE_PARTITIONS);
 
-		if (drained_before && EmptyInPlace(p->slots[slotno]))
+		if (drained_before && EmptyInPlace(p->partitions[slotno]))
 			continue;
 		if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
 								 quote_identifier(psprintf("ingest_%d", slotno))),

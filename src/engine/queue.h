@@ -13,7 +13,7 @@
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
 
-#include "event.h"
+#include "engine/event.h"
 
 /*
  * Where a shard stands in the queue: in the partition of "rotation", it has

@@ -21,17 +21,15 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "cell.h"
-#include "distinct.h"
-#include "extrema.h"
-#include "fault.h"
-#include "feed.h"
-#include "ledger.h"
-#include "progress.h"
-#include "reduce.h"
-#include "statement.h"
-
-PG_FUNCTION_INFO_V1(exactonce_reduce_apply);
+#include "catalog/statement.h"
+#include "engine/cell.h"
+#include "engine/distinct.h"
+#include "engine/extrema.h"
+#include "engine/feed.h"
+#include "engine/ledger.h"
+#include "engine/progress.h"
+#include "engine/reduce.h"
+#include "utils/fault.h"
 
 /*
  * BuildAggUpsert: add per-cell changes to aggregates, with the sums and
@@ -378,34 +376,4 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 
 	FaultMaybeFail(FAULT_REDUCE);
 	return napplied;
-}
-
-/*
- * exactonce_reduce_apply is stage 3 for callers: it applies the staged
- * batches (all, or the given tokens) and returns how many it applied.
- */
-Datum
-exactonce_reduce_apply(PG_FUNCTION_ARGS)
-{
-	Pipeline   *p;
-	int			applied,
-				nestlevel;
-	int64		dummy;
-	bool		paused;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("pipeline name must not be NULL")));
-	PipelineRequireReadCommitted("exactonce.reduce_apply()");
-	SPI_connect();
-	nestlevel = StatementPinSearchPath();
-	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
-	PipelineActAsOwner(p);
-	ProgressLock(p, &dummy, &dummy, &paused);
-	applied = ReduceApply(p, PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1), !PG_ARGISNULL(1));
-	PipelineActAsCaller(p);
-	StatementUnpinSearchPath(nestlevel);
-	SPI_finish();
-	PG_RETURN_INT32(applied);
 }

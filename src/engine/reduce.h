@@ -8,7 +8,7 @@
 #ifndef EXACTONCE_REDUCE_H
 #define EXACTONCE_REDUCE_H
 
-#include "pipeline.h"
+#include "exactonce.h"
 
 extern int	ReduceApply(Pipeline *p, Datum tokens, bool have_tokens);
 

@@ -35,6 +35,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pipeline.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
@@ -54,15 +55,13 @@
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
 
-#include "event.h"
-#include "fault.h"
-#include "probe.h"
-#include "progress.h"
-#include "queue.h"
-#include "state.h"
-#include "statement.h"
-
-PG_FUNCTION_INFO_V1(exactonce_state_upsert);
+#include "catalog/statement.h"
+#include "engine/event.h"
+#include "engine/progress.h"
+#include "engine/queue.h"
+#include "engine/state.h"
+#include "utils/fault.h"
+#include "utils/keyprobe.h"
 
 /* A key's current state, read from its state row or set by this batch. */
 typedef struct KeyState
@@ -108,7 +107,7 @@ typedef struct StateWork
 	Relation	index;
 	Relation	cell_index;		/* with min_max: state_cell */
 	IndexInfo  *cell_index_info;
-	KeyProbe   *probe;			/* keys in order (probe.c), or NULL */
+	KeyProbe   *probe;			/* keys in order (keyprobe.c), or NULL */
 	IndexScanDesc scan;			/* keys one by one */
 	TupleTableSlot *slot;
 	Relation	seen_rel;
@@ -136,10 +135,10 @@ TextEq(Datum a, Datum b)
 }
 
 /*
- * EventCmp orders events by key, version and arrival.
+ * StateEventCmp orders events by key, version and arrival.
  */
 static int
-EventCmp(const void *a, const void *b)
+StateEventCmp(const void *a, const void *b)
 {
 	const Event *ea = *(Event *const *) a;
 	const Event *eb = *(Event *const *) b;
@@ -160,7 +159,7 @@ typedef struct SortItem
 } SortItem;
 
 /*
- * SortItemCmp orders sort items as EventCmp orders their events.
+ * SortItemCmp orders sort items as StateEventCmp orders their events.
  */
 static int
 SortItemCmp(const void *a, const void *b)
@@ -170,7 +169,7 @@ SortItemCmp(const void *a, const void *b)
 
 	if (x->abbrev != y->abbrev)
 		return x->abbrev < y->abbrev ? -1 : 1;
-	return EventCmp(&x->ev, &y->ev);
+	return StateEventCmp(&x->ev, &y->ev);
 }
 
 /*
@@ -340,12 +339,12 @@ NegMeasures(Pipeline *p, Numeric *measures)
 }
 
 /*
- * Probe runs an equality index scan and returns the first visible tuple's
+ * StateProbe runs an equality index scan and returns the first visible tuple's
  * slot, or NULL.
  */
 static TupleTableSlot *
-Probe(IndexScanDesc scan, TupleTableSlot *slot, Relation index, int nkeys,
-	  Datum key, int64 version)
+StateProbe(IndexScanDesc scan, TupleTableSlot *slot, Relation index, int nkeys,
+		   Datum key, int64 version)
 {
 	ScanKeyData skeys[2];
 
@@ -390,7 +389,7 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 		case KEY_ABSENT:
 			break;
 		case KEY_UNSURE:
-			slot = Probe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
+			slot = StateProbe(w->scan, w->slot, w->index, 1, PointerGetDatum(key), 0);
 			break;
 	}
 
@@ -462,10 +461,10 @@ SameContent(Pipeline *p, Event *ev, KeyState *ks)
 }
 
 /*
- * CellCmp orders two cells as the token does: value by value, as TextCmp.
+ * StateCellCmp orders two cells as the token does: value by value, as TextCmp.
  */
 static int
-CellCmp(Pipeline *p, Datum *a, Datum *b)
+StateCellCmp(Pipeline *p, Datum *a, Datum *b)
 {
 	for (int i = 0; i < p->ndims; i++)
 	{
@@ -554,7 +553,7 @@ ApplyLatest(StateWork *w, Event **run, int n)
 	 * of the batch are then sorted already, which the token's sort checks in
 	 * one pass.
 	 */
-	if (leaves && enters && CellCmp(p, before.dims, cur.dims) > 0)
+	if (leaves && enters && StateCellCmp(p, before.dims, cur.dims) > 0)
 	{
 		AddDelta(w, run[0]->key, cur.version, cur.dims, cur.value, 1, cur.measures,
 				 cur.distincts);
@@ -638,8 +637,8 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 			TupleTableSlot *slot = NULL;
 
 			if (ks.exists)
-				slot = Probe(w->seen_scan, w->seen_slot, w->seen_index, 2,
-							 PointerGetDatum(ev->key), ev->version);
+				slot = StateProbe(w->seen_scan, w->seen_slot, w->seen_index, 2,
+								  PointerGetDatum(ev->key), ev->version);
 			known = slot != NULL;
 			known_version = ev->version;
 			if (known)
@@ -872,11 +871,11 @@ TooLarge(Numeric value)
 }
 
 /*
- * CellBytes is the size of an event's dimension values together: the key of
+ * StateCellBytes is the size of an event's dimension values together: the key of
  * its cell in the aggregates index.
  */
 static int
-CellBytes(Pipeline *p, Event *ev)
+StateCellBytes(Pipeline *p, Event *ev)
 {
 	int			bytes = 0;
 
@@ -902,18 +901,18 @@ StateNumberFault(Numeric n)
 }
 
 /*
- * DistinctBytes is the size of an event's dimension values and its longest
+ * StateDistinctBytes is the size of an event's dimension values and its longest
  * distinct_counts value: the key of its values in table distincts.
  */
 static int
-DistinctBytes(Pipeline *p, Event *ev)
+StateDistinctBytes(Pipeline *p, Event *ev)
 {
 	int			longest = 0;
 
 	for (int i = 0; i < p->ndistinct; i++)
 		if (ev->distincts[i] != (Datum) 0)
 			longest = Max(longest, (int) VARSIZE_ANY_EXHDR(DatumGetPointer(ev->distincts[i])));
-	return longest == 0 ? 0 : CellBytes(p, ev) + longest;
+	return longest == 0 ? 0 : StateCellBytes(p, ev) + longest;
 }
 
 /*
@@ -930,12 +929,12 @@ StateEventFault(Pipeline *p, Event *ev)
 		return psprintf("value is %s", bad);
 	if (VARSIZE_ANY_EXHDR(ev->key) > EXACTONCE_MAX_KEY_BYTES)
 		return psprintf("key is longer than %d bytes", EXACTONCE_MAX_KEY_BYTES);
-	if (CellBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
+	if (StateCellBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
 		return psprintf("dimension values are longer than %d bytes together", EXACTONCE_MAX_KEY_BYTES);
 	for (int i = 0; i < p->nmeasures; i++)
 		if (ev->measures[i] != NULL && (bad = StateNumberFault(ev->measures[i])) != NULL)
 			return psprintf("measure %s is %s", p->measures[i], bad);
-	if (DistinctBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
+	if (StateDistinctBytes(p, ev) > EXACTONCE_MAX_KEY_BYTES)
 		return psprintf("dimension values and a distinct_counts value are longer than %d bytes together",
 						EXACTONCE_MAX_KEY_BYTES);
 	if (p->windowed && VARSIZE_ANY_EXHDR(DatumGetPointer(ev->dims[0])) == 0)
@@ -1158,81 +1157,4 @@ StateApply(Pipeline *p, Event *events, int n, int *ndeltas, StageCounts *counts)
 	FaultMaybeFail(FAULT_STATE);
 	*ndeltas = w.ndeltas;
 	return w.deltas;
-}
-
-/*
- * exactonce_state_upsert is stage 1 for callers that bring their own events:
- * it applies them to state and returns the deltas.  Run it in the same
- * transaction as map_stage, so the deltas are staged when state changes.
- */
-Datum
-exactonce_state_upsert(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *name;
-	ArrayType  *arr;
-	Pipeline   *p;
-	Event	   *events;
-	Delta	   *deltas;
-	StageCounts counts = {0};
-	int			nevents,
-				ndeltas,
-				nestlevel;
-	int64		dummy;
-	bool		paused;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("pipeline and events must not be NULL")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	arr = PG_GETARG_ARRAYTYPE_P(1);
-	PipelineRequireReadCommitted("exactonce.state_upsert()");
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	nestlevel = StatementPinSearchPath();
-	p = PipelineLoad(name, true);
-	PipelineActAsOwner(p);
-	events = EventsFromArray(p, arr, &nevents);
-
-	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
-	deltas = StateApply(p, events, nevents, &ndeltas, &counts);
-	ProgressRecord(p, &counts, 1, -1);
-
-	for (int i = 0; i < ndeltas; i++)
-	{
-		Datum		values[7];
-		bool		nulls[7] = {false};
-
-		CHECK_FOR_INTERRUPTS();
-		values[0] = PointerGetDatum(deltas[i].key);
-		values[1] = Int64GetDatum(deltas[i].version);
-		values[2] = StatementTextArray(deltas[i].cell, NULL, p->ndims);
-		values[3] = NumericGetDatum(deltas[i].total);
-		values[4] = Int64GetDatum(deltas[i].keys);
-		/* the type's measures and distincts, from 1.3 on */
-		nulls[5] = p->nmeasures == 0;
-		if (p->nmeasures > 0)
-			values[5] = StatementNumericArray(deltas[i].measures, p->nmeasures);
-		nulls[6] = p->ndistinct == 0;
-		if (p->ndistinct > 0)
-		{
-			bool	   *dn = palloc(sizeof(bool) * p->ndistinct);
-
-			for (int j = 0; j < p->ndistinct; j++)
-				dn[j] = deltas[i].distincts[j] == (Datum) 0;
-			values[6] = StatementTextArray(deltas[i].distincts, dn, p->ndistinct);
-		}
-		if ((p->nmeasures > 0 || p->ndistinct > 0) && rsinfo->setDesc->natts < 7)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("the exactonce library is newer than the extension's SQL objects"),
-					 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-
-	PipelineActAsCaller(p);
-	StatementUnpinSearchPath(nestlevel);
-	SPI_finish();
-	return (Datum) 0;
 }

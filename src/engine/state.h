@@ -8,7 +8,7 @@
 #ifndef EXACTONCE_STATE_H
 #define EXACTONCE_STATE_H
 
-#include "event.h"
+#include "engine/event.h"
 
 extern Delta *StateApply(Pipeline *p, Event *events, int n, int *ndeltas,
 						 StageCounts *counts);

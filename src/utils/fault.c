@@ -20,10 +20,12 @@
 #include "utils/memutils.h"
 
 #include "exactonce.h"
-#include "fault.h"
-#include "shmem.h"
+#include "utils/fault.h"
+#include "utils/shmem.h"
 
 PG_FUNCTION_INFO_V1(exactonce_faults_injected);
+
+StaticAssertDecl(FAULT_STAGES <= SHMEM_FAULT_COUNTERS, "a shared counter per stage");
 
 static const char *const stage_names[FAULT_STAGES] = {"state", "map", "reduce", "retire"};
 

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * probe.c
+ * keyprobe.c
  *		Find the state rows of a batch's keys, in key order, descending the
  *		primary key's B-tree once per leaf page rather than once per key.
  *
@@ -32,7 +32,7 @@
 #include "utils/pg_locale.h"
 #include "utils/rel.h"
 
-#include "probe.h"
+#include "utils/keyprobe.h"
 
 struct KeyProbe
 {

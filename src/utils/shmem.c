@@ -23,7 +23,7 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 
-#include "shmem.h"
+#include "utils/shmem.h"
 
 ExactonceShared *exactonce_shared = NULL;
 
@@ -69,7 +69,7 @@ ShmemStartup(void)
 	{
 		memset(exactonce_shared, 0, SharedSize());
 		exactonce_shared->lock = &(GetNamedLWLockTranche("exactonce"))->lock;
-		for (int i = 0; i < FAULT_STAGES; i++)
+		for (int i = 0; i < SHMEM_FAULT_COUNTERS; i++)
 			pg_atomic_init_u64(&exactonce_shared->faults[i], 0);
 		ConditionVariableInit(&exactonce_shared->applied);
 	}

@@ -15,10 +15,10 @@
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
 
-#include "fault.h"
 
 #define EXACTONCE_MAX_WORKERS		64	/* drain worker slots, all databases */
 #define EXACTONCE_WORKER_PIPELINES	32	/* pipelines whose stats a slot keeps */
+#define SHMEM_FAULT_COUNTERS		8	/* room for fault.c's stages */
 #define EXACTONCE_LATENCY_SAMPLES	100 /* batches per pipeline for latency */
 
 /* What a drain worker knows of one pipeline it serves. */
@@ -47,7 +47,7 @@ typedef struct WorkerSlot
 {
 	pid_t		pid;
 	Oid			dboid;
-	int			index;			/* serves the shards WorkerServes says */
+	int			index;			/* serves the shards ShmemWorkerServes says */
 	int			nworkers;
 	Latch	   *latch;
 	pg_atomic_uint64 wakes;		/* times WakeWorkers set the latch */
@@ -59,7 +59,9 @@ typedef struct WorkerSlot
 typedef struct ExactonceShared
 {
 	LWLock	   *lock;
-	pg_atomic_uint64 faults[FAULT_STAGES];	/* injected since server start */
+	pg_atomic_uint64 faults[SHMEM_FAULT_COUNTERS];	/* injected since server
+													 * start, by stage
+													 * (fault.c) */
 	ConditionVariable applied;	/* broadcast when a transaction that moved a
 								 * pipeline on commits (wait_applied) */
 	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
@@ -69,5 +71,18 @@ typedef struct ExactonceShared
 extern ExactonceShared *exactonce_shared;
 
 extern void ShmemInit(void);
+
+/*
+ * ShmemWorkerServes tells whether drain worker index (of nworkers) drains shard
+ * of pipeline id: the shards of a pipeline go to consecutive workers, so
+ * with as many workers as shards each shard has a core of its own.
+ */
+static inline bool
+ShmemWorkerServes(int32 id, int shard, int nworkers, int index)
+{
+	Assert(nworkers > 0 && index >= 0 && index < nworkers);
+	return (id + shard) % nworkers == index;
+}
+
 
 #endif							/* EXACTONCE_SHMEM_H */

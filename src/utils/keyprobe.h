@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * probe.h
+ * keyprobe.h
  *		Finding the state rows of a batch's keys, in key order.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef EXACTONCE_PROBE_H
-#define EXACTONCE_PROBE_H
+#ifndef EXACTONCE_KEYPROBE_H
+#define EXACTONCE_KEYPROBE_H
 
 #include "executor/tuptable.h"
 #include "utils/relcache.h"
@@ -26,4 +26,4 @@ extern KeyProbe *KeyProbeBegin(Relation heap, Relation index, Snapshot snap);
 extern KeyProbeResult KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot);
 extern void KeyProbeEnd(KeyProbe *kp);
 
-#endif							/* EXACTONCE_PROBE_H */
+#endif							/* EXACTONCE_KEYPROBE_H */

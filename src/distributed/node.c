@@ -1,0 +1,263 @@
+/*-------------------------------------------------------------------------
+ *
+ * node.c
+ *		The nodes of a distributed pipeline, reached with libpq.
+ *
+ * The nodes are reached through libpq, the way postgres_fdw connects, to
+ * create, drop, flush, pause and resume the pipeline on each, and to move
+ * keys (move.c): always with the foreign server's user mapping of the
+ * pipeline's owner, whoever calls, never the caller's, so that a superuser
+ * who flushes a role's pipeline runs nothing on a node with more rights
+ * than that role's mapping gives.  An owner that is not a superuser must
+ * connect with the password of its mapping, as postgres_fdw demands, never
+ * with the server's own credentials.  The wait for a node's answer is on
+ * the latch, so a cancel or statement_timeout interrupts it and cancels the
+ * statement there; the connection itself waits at most the server's
+ * connect_timeout.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/defrem.h"
+#include "foreign/foreign.h"
+#include "libpq-fe.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "distributed/node.h"
+
+/*
+ * CheckPassword insists, as postgres_fdw does, that an owner that is not a
+ * superuser connects with a password of its own user mapping, unless a
+ * superuser set password_required 'false' there: otherwise libpq could
+ * authenticate it with the server's own credentials (a .pgpass of the
+ * operating system user, peer or trust authentication).
+ */
+static void
+CheckPassword(UserMapping *um, Oid owner, const char *servername)
+{
+	ListCell   *lc;
+	bool		required = true;
+
+	foreach(lc, um->options)
+	{
+		DefElem    *d = lfirst_node(DefElem, lc);
+
+		if (strcmp(d->defname, "password") == 0 && defGetString(d)[0] != '\0')
+			return;
+		if (strcmp(d->defname, "password_required") == 0)
+			required = defGetBoolean(d);
+	}
+	if (required)
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("password is required"),
+				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\", which is not a superuser and connects only with a password of its user mapping.",
+						   GetUserNameFromId(owner, false)),
+				 errhint("Add a password to the user mapping for server \"%s\".", servername)));
+}
+
+/*
+ * NodeConnect connects to the node of a postgres_fdw foreign server with
+ * the user mapping of owner, the pipeline's owner, whoever the caller is.
+ */
+PGconn *
+NodeConnect(Oid owner, const char *servername)
+{
+	ForeignServer *server = GetForeignServerByName(servername, false);
+	ForeignDataWrapper *fdw = GetForeignDataWrapper(server->fdwid);
+	UserMapping *um;
+	PQconninfoOption *known = PQconndefaults();
+	const char **keywords;
+	const char **values;
+	int			n = 0;
+	List	   *options;
+	ListCell   *lc;
+	PGconn	   *conn;
+
+	if (strcmp(fdw->fdwname, "postgres_fdw") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("server \"%s\" is not a postgres_fdw server", servername)));
+	if (pg_foreign_server_aclcheck(server->serverid, owner, ACL_USAGE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for foreign server %s", servername),
+				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\".",
+						   GetUserNameFromId(owner, false))));
+	um = GetUserMapping(owner, server->serverid);
+	if (!superuser_arg(owner))
+		CheckPassword(um, owner, servername);
+	options = list_concat(list_copy(server->options), um->options);
+	keywords = palloc(sizeof(char *) * (list_length(options) + 3));
+	values = palloc(sizeof(char *) * (list_length(options) + 3));
+
+	/* the options libpq knows; postgres_fdw's own ones are not for it */
+	foreach(lc, options)
+	{
+		DefElem    *d = lfirst_node(DefElem, lc);
+
+		for (PQconninfoOption *o = known; o != NULL && o->keyword != NULL; o++)
+			if (strcmp(o->keyword, d->defname) == 0 && strchr(o->dispchar, 'D') == NULL)
+			{
+				keywords[n] = d->defname;
+				values[n++] = defGetString(d);
+				break;
+			}
+	}
+	keywords[n] = "fallback_application_name";
+	values[n++] = "exactonce";
+	keywords[n] = "client_encoding";
+	values[n++] = GetDatabaseEncodingName();
+	keywords[n] = NULL;
+	values[n] = NULL;
+	PQconninfoFree(known);
+
+	conn = PQconnectdbParams(keywords, values, false);
+	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
+	{
+		char	   *msg = conn ? pchomp(PQerrorMessage(conn)) : "out of memory";
+
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not connect to server \"%s\"", servername),
+				 errdetail_internal("%s", msg)));
+	}
+	if (!superuser_arg(owner) && !PQconnectionUsedPassword(conn))
+	{
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+				 errmsg("password is required"),
+				 errdetail("The pipeline's owner, role \"%s\", is not a superuser, and server \"%s\" did not ask for a password.",
+						   GetUserNameFromId(owner, false), servername),
+				 errhint("The user mapping for server \"%s\" must carry a password the node asks for.",
+						 servername)));
+	}
+	return conn;
+}
+
+/*
+ * NodeResult waits for the last result of the query sent on conn, on the
+ * latch and the socket, so that a cancel, a timeout or a shutdown
+ * interrupts the wait.
+ */
+static PGresult *
+NodeResult(PGconn *conn)
+{
+	PGresult   *last = NULL;
+
+	for (;;)
+	{
+		PGresult   *res;
+
+		while (PQisBusy(conn))
+		{
+			int			rc = WaitLatchOrSocket(MyLatch,
+											   WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
+											   PQsocket(conn), -1L, PG_WAIT_EXTENSION);
+
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			/* connection trouble: PQgetResult says what */
+			if ((rc & WL_SOCKET_READABLE) && !PQconsumeInput(conn))
+				break;
+		}
+		res = PQgetResult(conn);
+		if (res == NULL)
+			return last;
+		PQclear(last);
+		last = res;
+	}
+}
+
+/*
+ * NodeRun runs one statement with text parameters on an open connection to
+ * the node of a server and returns its result, which the caller clears.  An
+ * error there is raised here, with its SQLSTATE, naming the server.
+ * Interrupted, it cancels the statement on the node.
+ */
+PGresult *
+NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, const char **params)
+{
+	PGresult   *volatile res = NULL;
+	char	   *error;
+	char	   *volatile sqlstate = NULL;
+
+	PG_TRY();
+	{
+		if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+			res = NodeResult(conn);
+	}
+	PG_CATCH();
+	{
+		PGcancel   *cancel = PQgetCancel(conn);
+		char		buf[256];
+
+		if (cancel)
+		{
+			(void) PQcancel(cancel, buf, sizeof(buf));
+			PQfreeCancel(cancel);
+		}
+		PQclear(res);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK))
+		return res;
+	error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
+		sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+	PQclear(res);
+	ereport(ERROR,
+			(errcode(sqlstate && strlen(sqlstate) == 5 ?
+					 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
+					 ERRCODE_FDW_ERROR),
+			 errmsg("on server \"%s\": %s", servername, error)));
+	pg_unreachable();
+}
+
+/*
+ * NodeValue returns column col of the first row of a result, or NULL.
+ */
+char *
+NodeValue(PGresult *res, int col)
+{
+	if (PQntuples(res) == 0 || PQgetisnull(res, 0, col))
+		return NULL;
+	return pstrdup(PQgetvalue(res, 0, col));
+}
+
+/*
+ * NodeExec runs one statement on the node of a server, on a connection of
+ * its own with owner's user mapping, and returns the first column of its
+ * first row (NULL if none).
+ */
+char *
+NodeExec(Oid owner, const char *servername, const char *sql, int nparams, const char **params)
+{
+	PGconn	   *volatile conn = NodeConnect(owner, servername);
+	char	   *volatile result = NULL;
+
+	PG_TRY();
+	{
+		PGresult   *res = NodeRun(conn, servername, sql, nparams, params);
+
+		result = NodeValue(res, 0);
+		PQclear(res);
+	}
+	PG_FINALLY();
+	{
+		PQfinish(conn);
+	}
+	PG_END_TRY();
+	return result;
+}
