@@ -63,6 +63,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "access/xloginsert.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
@@ -75,6 +76,7 @@
 #include "pgstat.h"
 #include "postmaster/autovacuum.h"
 #include "storage/bufmgr.h"
+#include "storage/freespace.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
@@ -559,14 +561,28 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 }
 
 /*
- * QueueHasRows tells whether a partition may hold rows: any page at all.
+ * QueueHasRows tells whether a partition may hold rows: any page with a
+ * line pointer.  A partition that was emptied in place keeps its pages,
+ * empty (ReuseInPlace), so the pages are looked at, the first with one
+ * ending the look.
  */
 bool
 QueueHasRows(Pipeline *p, int slotno)
 {
 	Relation	rel = table_open(p->partitions[slotno], AccessShareLock);
-	bool		has = RelationGetNumberOfBlocks(rel) > 0;
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	bool		has = false;
 
+	for (BlockNumber blk = 0; blk < nblocks && !has; blk++)
+	{
+		Buffer		buf = ReadBuffer(rel, blk);
+		Page		page = BufferGetPage(buf);
+
+		CHECK_FOR_INTERRUPTS();
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		has = !PageIsNew(page) && PageGetMaxOffsetNumber(page) > 0;
+		UnlockReleaseBuffer(buf);
+	}
 	table_close(rel, AccessShareLock);
 	return has;
 }
@@ -694,9 +710,60 @@ InsertedEnd(void)
 }
 
 /*
- * EmptyInPlace cuts a drained partition's heap to zero pages where it
- * stands, as VACUUM cuts off a heap's empty tail, and returns true; or
- * returns false when TRUNCATE must empty it.
+ * The largest partition ReuseInPlace empties page by page rather than cut:
+ * where emptying its pages costs less than a look at every buffer header,
+ * and its empty pages cost little to the scans that pass over them.
+ */
+#define QUEUE_REUSE_MAX_PAGES	Min(1024, NBuffers / 512)
+
+/*
+ * ReuseInPlace empties each page of a small drained partition where it
+ * stands and tells the free space map that the pages are free, so that the
+ * next rotation's rows fill them; true if it did, false when the partition
+ * is better cut (QUEUE_REUSE_MAX_PAGES) or has a visibility map (someone
+ * vacuumed it), whose bits a new row would have to clear.
+ *
+ * Cutting a relation's pages, in place or by TRUNCATE, drops its buffers
+ * by a look at every buffer header of shared_buffers (outside recovery
+ * PostgreSQL does not know a relation's size well enough to look up its
+ * pages instead), once per rotation, which is once per producer commit
+ * when commits are apart: 4 million headers at 32 GB.  Emptying the pages
+ * costs a buffer and a WAL record of an empty page each, whatever
+ * shared_buffers is.  A page's old rows are gone for good, as a cut's are:
+ * the same conditions hold (EmptyInPlace).
+ */
+static bool
+ReuseInPlace(Relation rel)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+
+	if (nblocks > QUEUE_REUSE_MAX_PAGES ||
+		smgrexists(RelationGetSmgr(rel), VISIBILITYMAP_FORKNUM))
+		return false;
+	for (BlockNumber blk = 0; blk < nblocks; blk++)
+	{
+		Buffer		buf = ReadBufferExtended(rel, MAIN_FORKNUM, blk, RBM_ZERO_AND_LOCK, NULL);
+		Page		page = BufferGetPage(buf);
+
+		CHECK_FOR_INTERRUPTS();
+		START_CRIT_SECTION();
+		PageInit(page, BufferGetPageSize(buf), 0);
+		MarkBufferDirty(buf);
+		if (RelationNeedsWAL(rel))
+			log_newpage_buffer(buf, true);
+		END_CRIT_SECTION();
+		RecordPageWithFreeSpace(rel, blk, PageGetHeapFreeSpace(page));
+		UnlockReleaseBuffer(buf);
+	}
+	FreeSpaceMapVacuumRange(rel, 0, nblocks);
+	return true;
+}
+
+/*
+ * EmptyInPlace empties a drained partition's pages where they stand
+ * (ReuseInPlace) or cuts its heap to zero pages, as VACUUM cuts off a heap's
+ * empty tail, and returns true; or returns false when TRUNCATE must empty
+ * it.
  *
  * TRUNCATE would give the partition, its TOAST table and the TOAST index
  * new files and pg_class rows, so every rotation would create three files
@@ -741,7 +808,8 @@ EmptyInPlace(Oid relid)
 	if (bare)
 	{
 		XLogFlush(InsertedEnd());
-		table_relation_nontransactional_truncate(rel);
+		if (!ReuseInPlace(rel))
+			table_relation_nontransactional_truncate(rel);
 		pgstat_count_truncate(rel);
 	}
 	table_close(rel, NoLock);

@@ -236,12 +236,12 @@ is($kills, $kills_wanted, "a drain worker was killed with SIGKILL $kills times d
 is($restarts, $restarts_wanted, "the server was stopped with -m immediate $restarts times during the load");
 
 # drain: wait, bounded by the size, until queue and staging are empty and
-# the queue partitions truncated
-my $drained = q{
+# the queue partitions retired
+my $drained = qq{
 SELECT bool_and(queued = 0 AND staged = 0)
-	AND pg_relation_size('trades.ingest_0') + pg_relation_size('trades.ingest_1') = 0
-	AND pg_relation_size('measured.ingest_0') + pg_relation_size('measured.ingest_1') = 0
-	AND pg_relation_size('windowed.ingest_0') + pg_relation_size('windowed.ingest_1') = 0
+	AND (@{[ eo_queue_empty_sql('trades') ]})
+	AND (@{[ eo_queue_empty_sql('measured') ]})
+	AND (@{[ eo_queue_empty_sql('windowed') ]})
 FROM exactonce.pipelines WHERE name IN ('trades', 'measured', 'windowed')};
 my $deadline = time + 120 + $events / 5000;
 my $is_drained;

@@ -22,7 +22,7 @@ use Test::More;
 
 our @EXPORT = qw(eo_node eo_setup eo_produce eo_produce_aborted eo_wait_drained
   eo_drained_sql eo_mismatches eo_check eo_half_drain eo_pause eo_resume
-  eo_queue_partition eo_alter_system);
+  eo_queue_partition eo_alter_system eo_queue_empty_sql);
 
 # distinct keys of the producer's events
 our $KEYS = 1000;
@@ -189,6 +189,25 @@ sub eo_half_drain
 		$db, q{
 SELECT (SELECT sum(drain_count) FROM trades.shard) > 0 AND queued > 0
 FROM exactonce.pipelines WHERE name = 'trades'}) eq 't';
+}
+
+# eo_queue_empty_sql(pipeline): a query that is true once the queue of the
+# pipeline (default "trades") holds no rows, its TOAST tables no pages, and
+# each partition no more pages than a drained partition keeps, emptied, for
+# the next rotations (queue.c, QUEUE_REUSE_MAX_PAGES): the queue takes no
+# more space than that, whatever went through it.
+sub eo_queue_empty_sql
+{
+	my ($pipeline) = @_;
+	$pipeline //= 'trades';
+	return qq{
+SELECT (SELECT count(*) = 0 FROM $pipeline.ingest)
+	AND bool_and(pg_relation_size(c.oid) <= s.cap
+		AND coalesce(pg_relation_size(c.reltoastrelid), 0) = 0)
+FROM pg_class c,
+	(SELECT least(1024, setting::bigint / 512) * 8192 AS cap
+	 FROM pg_settings WHERE name = 'shared_buffers') s
+WHERE c.oid IN ('$pipeline.ingest_0'::regclass, '$pipeline.ingest_1'::regclass)};
 }
 
 # eo_drained_sql(pipeline): a query that is true once the pipeline
