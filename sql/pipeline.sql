@@ -66,6 +66,11 @@ SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], 'sum')$$
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', NULL)$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], shards => 0)$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['a'], shards => 65)$$);
+-- shards NULL: one per drain worker of the database, at least 2 (no
+-- worker serves this one)
+SELECT exactonce.create_pipeline('p1', ARRAY['a'], shards => NULL);
+SELECT shards FROM exactonce.pipelines WHERE name = 'p1';
+SELECT exactonce.drop_pipeline('p1');
 SELECT pg_temp.err($$SELECT exactonce.flush('nope')$$);
 SELECT pg_temp.err($$SELECT exactonce.pause('nope')$$);
 SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('nope')$$);

@@ -118,6 +118,9 @@ SELECT name, ingested, feed_consumers_invalidated FROM exactonce.pipelines WHERE
 SELECT attname FROM pg_attribute WHERE attrelid = 'exactonce.feed_position'::regclass AND attname LIKE 'invalidat%' ORDER BY 1;
 SELECT 'exactonce.drop_feed_consumer(text,text)'::regprocedure;
 SELECT exactonce.drop_pipeline('renamed', true);
+-- 1.9: a pipeline created without shards gets one per drain worker of its
+-- database (none here, so 2)
+SELECT pg_get_function_arguments('exactonce.create_pipeline(text,text[],text,integer,text[],text[],text[],interval,interval,text)'::regprocedure) LIKE '%shards integer DEFAULT NULL::integer%' AS shards_default_null;
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE regress_upgrade_owner;
 SELECT exactonce.flush('old');

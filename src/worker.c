@@ -42,6 +42,8 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include "access/xact.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
@@ -75,10 +77,13 @@ PGDLLEXPORT void exactonce_drain_main(Datum arg);
 
 /* settings: exactonce.database and exactonce.workers only when preloaded */
 static char *exactonce_database = NULL;
-static int	exactonce_workers = 2;
+static int	exactonce_workers = -1;
 static int	exactonce_naptime = 1000;
 
 static WorkerSlot *my_slot = NULL;
+
+/* the launcher: drain workers it started for each database */
+static int	launcher_nworkers = 0;
 
 /* A shard of a pipeline: what a worker drains in one step. */
 typedef struct WorkerUnit
@@ -178,11 +183,11 @@ WorkerInit(void)
 							   GUC_LIST_INPUT,
 							   CheckDatabaseList, NULL, NULL);
 	DefineCustomIntVariable("exactonce.workers",
-							"Number of drain workers per database.",
-							"The shards of a pipeline are spread over them, so a pipeline with two shards uses two workers.",
+							"Number of drain workers per database; -1 sizes them from the machine.",
+							"-1: one per CPU core, at most half of max_worker_processes.  The shards of a pipeline are spread over them.",
 							&exactonce_workers,
-							2, 0, 64,
-							PGC_POSTMASTER,
+							-1, -1, EXACTONCE_MAX_WORKERS,
+							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
 
@@ -196,6 +201,30 @@ WorkerInit(void)
 	RegisterBackgroundWorker(&bgw);
 }
 
+
+/*
+ * WorkerCount is the number of drain workers for each of ndbs databases:
+ * exactonce.workers, or with -1 one per CPU core, at most half of
+ * max_worker_processes (parallel queries and other extensions draw on
+ * those too), and never more than the slots of shared memory.
+ */
+static int
+WorkerCount(int ndbs)
+{
+	int			n = exactonce_workers;
+
+	if (n < 0)
+	{
+#ifdef _SC_NPROCESSORS_ONLN
+		long		cores = sysconf(_SC_NPROCESSORS_ONLN);
+#else
+		long		cores = 2;
+#endif
+
+		n = (int) Max(1, Min(cores, max_worker_processes / 2));
+	}
+	return Min(n, EXACTONCE_MAX_WORKERS / Max(ndbs, 1));
+}
 
 /*
  * StartDrainWorker starts the drain worker of one slot.
@@ -229,6 +258,82 @@ StartDrainWorker(int slotno, const char *dbname)
 }
 
 /*
+ * LauncherSlots gives each (database, worker index) a slot of shared
+ * memory, WorkerCount per database, and returns how many.
+ */
+static int
+LauncherSlots(List *dbs, char **dbnames)
+{
+	int			nworkers = WorkerCount(list_length(dbs));
+	int			nslots = 0;
+	ListCell   *lc;
+
+	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
+	for (int s = 0; s < EXACTONCE_MAX_WORKERS; s++)
+	{
+		memset(&exactonce_shared->slots[s], 0, sizeof(WorkerSlot));
+		pg_atomic_init_u64(&exactonce_shared->slots[s].wakes, 0);
+	}
+	foreach(lc, dbs)
+	{
+		for (int i = 0; i < nworkers; i++)
+		{
+			WorkerSlot *slot = &exactonce_shared->slots[nslots];
+
+			slot->index = i;
+			slot->nworkers = nworkers;
+			namestrcpy(&slot->dbname, lfirst(lc));
+			dbnames[nslots++] = lfirst(lc);
+		}
+	}
+	LWLockRelease(exactonce_shared->lock);
+	launcher_nworkers = nworkers;
+	ereport(LOG,
+			(errmsg("exactonce starts %d drain workers for each of %d databases",
+					nworkers, list_length(dbs))));
+	return nslots;
+}
+
+/*
+ * LauncherStopAll stops the drain workers and waits until they are gone: a
+ * worker's open transaction rolls back, so nothing is lost.  It looks every
+ * 100 ms rather than waiting for the postmaster's word of each exit.
+ */
+static void
+LauncherStopAll(BackgroundWorkerHandle **handles, int nslots)
+{
+	bool		running = true;
+
+	for (int s = 0; s < nslots; s++)
+		if (handles[s] != NULL)
+			TerminateBackgroundWorker(handles[s]);
+	while (running && !ShutdownRequestPending)
+	{
+		running = false;
+		for (int s = 0; s < nslots; s++)
+		{
+			pid_t		pid;
+
+			if (handles[s] == NULL)
+				continue;
+			if (GetBackgroundWorkerPid(handles[s], &pid) != BGWH_STOPPED)
+				running = true;
+			else
+			{
+				pfree(handles[s]);
+				handles[s] = NULL;
+			}
+		}
+		if (running)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 100, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
+
+/*
  * exactonce_launcher_main starts and supervises the drain workers.
  */
 void
@@ -242,7 +347,6 @@ exactonce_launcher_main(Datum arg)
 	TimestampTz start_at[EXACTONCE_MAX_WORKERS] = {0};
 	TimestampTz started[EXACTONCE_MAX_WORKERS] = {0};
 	int			backoff[EXACTONCE_MAX_WORKERS] = {0};
-	ListCell   *lc;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -253,26 +357,7 @@ exactonce_launcher_main(Datum arg)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid list syntax in exactonce.database: \"%s\"", exactonce_database)));
 
-	/* one slot per (database, worker index) */
-	LWLockAcquire(exactonce_shared->lock, LW_EXCLUSIVE);
-	foreach(lc, dbs)
-	{
-		for (int i = 0; i < exactonce_workers && nslots < EXACTONCE_MAX_WORKERS; i++)
-		{
-			WorkerSlot *slot = &exactonce_shared->slots[nslots];
-
-			memset(slot, 0, sizeof(WorkerSlot));
-			pg_atomic_init_u64(&slot->wakes, 0);
-			slot->index = i;
-			slot->nworkers = exactonce_workers;
-			dbnames[nslots++] = pstrdup(lfirst(lc));
-		}
-	}
-	LWLockRelease(exactonce_shared->lock);
-	if (list_length(dbs) * exactonce_workers > EXACTONCE_MAX_WORKERS)
-		ereport(WARNING,
-				(errmsg("exactonce starts at most %d drain workers", EXACTONCE_MAX_WORKERS)));
-
+	nslots = LauncherSlots(dbs, dbnames);
 	while (!ShutdownRequestPending)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -282,6 +367,14 @@ exactonce_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			if (WorkerCount(list_length(dbs)) != launcher_nworkers)
+			{
+				/* every shard changes hands: stop them all, start anew */
+				LauncherStopAll(handles, nslots);
+				nslots = LauncherSlots(dbs, dbnames);
+				memset(start_at, 0, sizeof(start_at));
+				memset(backoff, 0, sizeof(backoff));
+			}
 		}
 
 		for (int s = 0; s < nslots; s++)
@@ -406,7 +499,7 @@ ReleaseSlot(int code, Datum arg)
 
 /*
  * ServedPipelines lists the shards of pipelines this worker drains, as
- * DrainUnits, or NIL when the extension is not installed in its database.
+ * WorkerUnits, or NIL when the extension is not installed in its database.
  */
 static List *
 ServedPipelines(void)

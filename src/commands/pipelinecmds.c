@@ -30,6 +30,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -47,6 +48,7 @@
 #include "distributed/coordinator.h"
 #include "engine/drain.h"
 #include "engine/progress.h"
+#include "utils/shmem.h"
 #include "utils/wake.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline);
@@ -54,6 +56,9 @@ PG_FUNCTION_INFO_V1(exactonce_drop_pipeline);
 PG_FUNCTION_INFO_V1(exactonce_pause);
 PG_FUNCTION_INFO_V1(exactonce_resume);
 PG_FUNCTION_INFO_V1(exactonce_set_shards);
+
+/* more shards than this only when asked for: each is a reduce per batch */
+#define PIPELINE_DEFAULT_MAX_SHARDS	16
 
 #define SHARD_TABLE_COMMENT \
 	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids) and the events it took"
@@ -381,6 +386,19 @@ CheckShards(int nshards)
 				 errmsg("a pipeline has between 1 and %d shards, not %d", EXACTONCE_MAX_SHARDS, nshards),
 				 errhint("Shards are drained in parallel, each by one worker: one per core the pipeline may use.")));
 	return nshards;
+}
+
+/*
+ * DefaultShards is the number of shards of a pipeline created without one:
+ * as many as the drain workers of this database, so that each has a core
+ * of its own, between 2 and PIPELINE_DEFAULT_MAX_SHARDS.
+ */
+static int
+DefaultShards(void)
+{
+	int			workers = ShmemWorkersOf(get_database_name(MyDatabaseId));
+
+	return Max(2, Min(PIPELINE_DEFAULT_MAX_SHARDS, workers));
 }
 
 /*
@@ -731,15 +749,15 @@ exactonce_create_pipeline(PG_FUNCTION_ARGS)
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 	for (int i = 0; i < 10; i++)
-		if (PG_ARGISNULL(i) && i != 7)
+		if (PG_ARGISNULL(i) && i != 3 && i != 7)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("name, dimensions, mode, shards, measures, min_max, distinct_counts, allowed_lateness and grouping_sets of a pipeline must not be NULL")));
+					 errmsg("name, dimensions, mode, measures, min_max, distinct_counts, allowed_lateness and grouping_sets of a pipeline must not be NULL")));
 	def.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	CheckIdentifier("pipeline", def.name);
 	def.mode = ParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	def.ndims = CheckDimensions(PG_GETARG_ARRAYTYPE_P(1), def.dims);
-	nshards = CheckShards(PG_GETARG_INT32(3));
+	nshards = PG_ARGISNULL(3) ? DefaultShards() : CheckShards(PG_GETARG_INT32(3));
 	def.nmeasures = CheckMeasures(PG_GETARG_ARRAYTYPE_P(4), def.measures, def.dims, def.ndims);
 	CheckMinMax(PG_GETARG_ARRAYTYPE_P(5), def.measures, def.nmeasures, def.dims, def.ndims,
 				def.min_max);

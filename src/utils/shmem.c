@@ -87,3 +87,22 @@ ShmemInit(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = ShmemStartup;
 }
+
+/*
+ * ShmemWorkersOf returns how many drain workers the launcher runs for
+ * database dbname: 0 when it runs none, or the library was not preloaded.
+ */
+int
+ShmemWorkersOf(const char *dbname)
+{
+	int			n = 0;
+
+	if (exactonce_shared == NULL)
+		return 0;
+	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
+	for (int i = 0; i < EXACTONCE_MAX_WORKERS && n == 0; i++)
+		if (strcmp(NameStr(exactonce_shared->slots[i].dbname), dbname) == 0)
+			n = exactonce_shared->slots[i].nworkers;
+	LWLockRelease(exactonce_shared->lock);
+	return n;
+}

@@ -47,6 +47,7 @@ typedef struct WorkerSlot
 {
 	pid_t		pid;
 	Oid			dboid;
+	NameData	dbname;			/* the database the launcher started it for */
 	int			index;			/* serves the shards ShmemWorkerServes says */
 	int			nworkers;
 	Latch	   *latch;
@@ -71,6 +72,7 @@ typedef struct ExactonceShared
 extern ExactonceShared *exactonce_shared;
 
 extern void ShmemInit(void);
+extern int	ShmemWorkersOf(const char *dbname);
 
 /*
  * ShmemWorkerServes tells whether drain worker index (of nworkers) drains shard

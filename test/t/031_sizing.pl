@@ -1,0 +1,68 @@
+# Defaults sized from the machine: exactonce.workers = -1 (the default)
+# starts one drain worker per CPU core, at most half of
+# max_worker_processes; a reload changes the number without a restart (the
+# launcher stops the workers, whose open transactions roll back, and starts
+# the new number); a pipeline created without shards gets one per worker of
+# its database, between 2 and 16.  Every event is applied once through the
+# changes.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ExactonceTest;
+
+my $db = 'postgres';
+my $node = eo_node('sizing', conf => "exactonce.workers = -1\nmax_worker_processes = 12\n");
+
+sub sql { return $node->safe_psql($db, shift); }
+
+my $drainers = q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'};
+
+is(sql(q{SELECT boot_val FROM pg_settings WHERE name = 'exactonce.workers'}),
+	'-1', 'exactonce.workers defaults to -1, sized from the machine');
+my $cores = `nproc` + 0;
+$cores = 2 if $cores < 1;
+my $sized = $cores < 6 ? $cores : 6;    # half of max_worker_processes
+ok($node->poll_query_until($db, "SELECT ($drainers) = $sized"),
+	"one drain worker per core ($cores), at most half of max_worker_processes: $sized");
+like(slurp_file($node->logfile), qr/exactonce starts $sized drain workers for each of 1 databases/,
+	'the launcher says how many it starts');
+
+eo_setup($node, $db);
+my $shards = $sized < 2 ? 2 : $sized;
+is(sql(q{SELECT shards FROM exactonce.pipelines WHERE name = 'trades'}),
+	$shards, "a pipeline created without shards has one per worker: $shards");
+sql(q{SELECT exactonce.create_pipeline('two', ARRAY['d'], shards => 2)});
+is(sql(q{SELECT shards FROM exactonce.pipelines WHERE name = 'two'}),
+	'2', 'one created with shards has those');
+
+my $started = sql('SELECT pg_postmaster_start_time()');
+eo_produce($node, $db, 1, 3000);
+
+# while events queue, fewer workers, then more, by reload alone
+my $next = 3001;
+for my $workers (3, 1, 4)
+{
+	my $log_offset = -s $node->logfile;
+	my $before = sql(
+		q{SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type = 'exactonce drain'});
+	eo_alter_system($node, 'exactonce.workers' => $workers);
+	ok( $node->poll_query_until(
+			$db, qq{SELECT ($drainers) = $workers AND NOT EXISTS
+			(SELECT FROM pg_stat_activity WHERE backend_type = 'exactonce drain' AND pid IN ($before))}
+		),
+		"exactonce.workers = $workers on reload: the workers are replaced by $workers");
+	like(slurp_file($node->logfile, $log_offset),
+		qr/exactonce starts $workers drain workers/, '... as the log says');
+	eo_produce($node, $db, $next, $next + 1999);
+	$next += 2000;
+}
+ok(eo_wait_drained($node, $db), 'drained through the changes');
+eo_check($node, $db, 'workers changed on reload');
+is(sql('SELECT pg_postmaster_start_time()'), $started, 'the server was never restarted');
+
+$node->stop;
+done_testing();
