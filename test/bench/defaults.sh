@@ -31,7 +31,8 @@ fi
 [ -n "${BUNDLE:-}" ] && export LD_LIBRARY_PATH=/opt/pglibs
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 export PATH=$PGBIN:$PATH
-id postgres >/dev/null 2>&1 || useradd -m postgres
+id postgres >/dev/null 2>&1 || useradd -m postgres 2>/dev/null ||
+	{ echo "postgres:x:990:990::/tmp:/bin/sh" >>/etc/passwd; echo "postgres:x:990:" >>/etc/group; }
 as_pg() { runuser -u postgres -- env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} PATH=$PATH "$@"; }
 t() { date +%s.%N; }
 c() { awk "BEGIN{printf \"%.3f\", $1}"; }

@@ -34,7 +34,8 @@ fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 export PATH=$PGBIN:$PATH
 LIB=$(pg_config --pkglibdir)
-id postgres >/dev/null 2>&1 || useradd -m postgres
+id postgres >/dev/null 2>&1 || useradd -m postgres 2>/dev/null ||
+	{ echo "postgres:x:990:990::/tmp:/bin/sh" >>/etc/passwd; echo "postgres:x:990:" >>/etc/group; }
 as_pg() { runuser -u postgres -- env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} PATH=$PATH "$@"; }
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GB"
 W=${W:-/tmp/eo-latency}
