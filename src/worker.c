@@ -203,6 +203,21 @@ WorkerInit(void)
 
 
 /*
+ * WorkerCores is the number of CPU cores online, 2 where it cannot be told.
+ */
+static int
+WorkerCores(void)
+{
+#ifdef _SC_NPROCESSORS_ONLN
+	long		cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (cores > 0)
+		return (int) Min(cores, INT_MAX);
+#endif
+	return 2;
+}
+
+/*
  * WorkerCount is the number of drain workers for each of ndbs databases:
  * exactonce.workers, or with -1 one per CPU core, at most half of
  * max_worker_processes (parallel queries and other extensions draw on
@@ -214,15 +229,7 @@ WorkerCount(int ndbs)
 	int			n = exactonce_workers;
 
 	if (n < 0)
-	{
-#ifdef _SC_NPROCESSORS_ONLN
-		long		cores = sysconf(_SC_NPROCESSORS_ONLN);
-#else
-		long		cores = 2;
-#endif
-
-		n = (int) Max(1, Min(cores, max_worker_processes / 2));
-	}
+		n = Max(1, Min(WorkerCores(), max_worker_processes / 2));
 	return Min(n, EXACTONCE_MAX_WORKERS / Max(ndbs, 1));
 }
 
@@ -288,9 +295,17 @@ LauncherSlots(List *dbs, char **dbnames)
 	}
 	LWLockRelease(exactonce_shared->lock);
 	launcher_nworkers = nworkers;
-	ereport(LOG,
-			(errmsg("exactonce starts %d drain workers for each of %d databases",
-					nworkers, list_length(dbs))));
+	if (exactonce_workers < 0 && nworkers < WorkerCores() &&
+		nworkers == max_worker_processes / 2)
+		ereport(LOG,
+				(errmsg("exactonce starts %d drain workers for each of %d databases, on %d cores",
+						nworkers, list_length(dbs), WorkerCores()),
+				 errhint("Raise max_worker_processes to %d (a restart) to give every core a drain worker.",
+						 2 * WorkerCores())));
+	else
+		ereport(LOG,
+				(errmsg("exactonce starts %d drain workers for each of %d databases",
+						nworkers, list_length(dbs))));
 	return nslots;
 }
 

@@ -64,5 +64,20 @@ ok(eo_wait_drained($node, $db), 'drained through the changes');
 eo_check($node, $db, 'workers changed on reload');
 is(sql('SELECT pg_postmaster_start_time()'), $started, 'the server was never restarted');
 
+# where max_worker_processes holds the workers back, the log says which
+# setting to raise
+SKIP:
+{
+	skip 'one core: no worker is held back', 1 if $cores < 2;
+	sql(q{ALTER SYSTEM RESET exactonce.workers});
+	$node->append_conf('postgresql.conf', "max_worker_processes = 2\n");
+	my $log_offset = -s $node->logfile;
+	$node->restart;
+	ok( $node->wait_for_log(
+			qr/exactonce starts 1 drain workers for each of 1 databases, on $cores cores.*\n.*HINT:  Raise max_worker_processes to @{[ 2 * $cores ]}/,
+			$log_offset),
+		'held back by max_worker_processes, the launcher says which setting to raise');
+}
+
 $node->stop;
 done_testing();
