@@ -689,6 +689,9 @@ sub arg_sql
 			state => '{}',
 			seen => '{}',
 			dead_letters => '{}');
+		return (lit("SELECT $dims[0], count(*), sum(value), min(value) FROM stream GROUP BY ROLLUP ($dims[0])")
+			  . '::text', 0)
+		  if $arg eq 'query';
 		return (lit($by_name{$arg} // 'x') . '::text', 0);
 	}
 	if ($type eq 'text[]')

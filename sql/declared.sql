@@ -1,0 +1,171 @@
+-- Pipelines declared as queries (create_pipeline_as): view <name>.result
+-- always equals the query run over the de-duplicated stream, the latest
+-- version of each live key in latest mode, each distinct reading in
+-- accumulate mode.  The oracle is the query itself, run by PostgreSQL over
+-- the events as they were sent, after every chunk of events with
+-- duplicates, stale versions, moves and tombstones.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+
+-- chunk c of the events: 300 of 97 keys, versions growing with c, cells
+-- that move with the version, a measure missing on a third, a tombstone on
+-- a thirteenth (none with tombstones => false), an hour apart by chunk;
+-- each numeric column of one scale, as a numeric(p, s) column has (avg's
+-- digits follow the scale, see docs/pipelines.md)
+CREATE FUNCTION chunk(c integer, tombstones boolean) RETURNS TABLE
+	(key text, version bigint, value numeric, risk_type text, region text, desk text,
+	 qty numeric, cp text, deleted boolean, event_time timestamptz)
+LANGUAGE sql AS $$
+	SELECT 'k' || (i % 97), c * 1000 + i, round(((i * 37 + c * 11) % 1000) / 100.0 - 2, 2),
+		(ARRAY['Delta', 'Vega', 'Gamma'])[1 + (i + c) % 3],
+		(ARRAY['AMER', 'EMEA', 'APAC'])[1 + (i * 7 + c) % 3],
+		(ARRAY['FX', 'Rates', 'Credit', 'Equity'])[1 + (i + 2 * c) % 4],
+		CASE WHEN i % 3 = 0 THEN NULL ELSE round((i % 50) / 10.0, 1) END,
+		'cp' || (i % 7), tombstones AND i % 13 = 0,
+		'2026-01-01 00:00+00'::timestamptz + (c * 60 + i % 60) * interval '1 minute'
+	FROM generate_series(1, 300) i $$;
+
+-- every event sent, to any pipeline
+CREATE TABLE sent AS SELECT * FROM chunk(0, true) WHERE false;
+
+-- send(pipeline, columns, c, tombstones): chunk c into the pipeline's queue
+-- twice (a resend), then chunk c - 1 again (stale versions in latest mode,
+-- duplicates in accumulate mode), and flush
+CREATE FUNCTION send(pipeline text, cols text, c integer, tombstones boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1 .. 2 LOOP
+		EXECUTE format('INSERT INTO %I.ingest (key, version, value, %s, deleted, event_time)
+			SELECT key, version, value, %s, deleted, event_time FROM chunk(%s, %L)',
+			pipeline, cols, cols, c, tombstones);
+		INSERT INTO sent SELECT * FROM chunk(c, tombstones);
+	END LOOP;
+	IF c > 1 THEN
+		EXECUTE format('INSERT INTO %I.ingest (key, version, value, %s, deleted, event_time)
+			SELECT key, version, value, %s, deleted, event_time FROM chunk(%s, %L)',
+			pipeline, cols, cols, c - 1, tombstones);
+		INSERT INTO sent SELECT * FROM chunk(c - 1, tombstones);
+	END IF;
+	PERFORM exactonce.flush(pipeline);
+END $$;
+
+-- the de-duplicated streams the queries run over
+CREATE VIEW latest_stream AS
+	SELECT * FROM (SELECT DISTINCT ON (key) * FROM sent ORDER BY key, version DESC) s
+	WHERE NOT deleted;
+CREATE VIEW readings AS SELECT DISTINCT ON (key, version) * FROM sent ORDER BY key, version;
+
+-- 1. latest mode, a rollup with every aggregate kept
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
+\set q 'SELECT risk_type, region, desk, sum(value) AS total, count(*) AS keys, avg(value) AS avg_value, min(value), max(value) AS max_value, sum(qty) AS qty, count(qty) AS qty_n, avg(qty) AS avg_qty, min(qty) AS min_qty, max(qty) AS max_qty, count(DISTINCT cp) AS counterparties FROM stream GROUP BY ROLLUP (risk_type, region, desk)'
+SELECT exactonce.create_pipeline_as('r1', :'q');
+SELECT name, mode, dimensions, measures, min_max, distinct_counts, grouping_sets
+FROM exactonce.pipelines WHERE name = 'r1';
+\d r1.result
+DO $$
+BEGIN
+	FOR c IN 1 .. 4 LOOP
+		PERFORM send('r1', 'risk_type, region, desk, qty, cp', c, true);
+	END LOOP;
+END $$;
+SELECT count(*) AS rows, count(*) FILTER (WHERE risk_type IS NULL) AS grand_total FROM r1.result;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r1.result EXCEPT ALL :q)
+	UNION ALL (:q EXCEPT ALL SELECT * FROM r1.result)) d;
+-- more chunks: still the query
+SELECT send('r1', 'risk_type, region, desk, qty, cp', 5, true);
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r1.result EXCEPT ALL :q)
+	UNION ALL (:q EXCEPT ALL SELECT * FROM r1.result)) d;
+-- every key dropped: the query over no events still has its grand total row
+TRUNCATE sent;
+INSERT INTO r1.ingest (key, version, value, risk_type, region, desk, deleted)
+	SELECT 'k' || i, 1000000, 0, 'Delta', 'AMER', 'FX', true FROM generate_series(0, 96) i;
+SELECT exactonce.flush('r1');
+SELECT * FROM r1.result;
+:q;
+DROP VIEW stream;
+
+-- 2. a cube, 3. grouping sets with the empty set, 4. a plain GROUP BY
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
+\set q2 'SELECT region, desk, sum(value), count(*) AS n FROM stream GROUP BY CUBE (region, desk)'
+\set q3 'SELECT risk_type, desk, max(value) AS top, sum(qty) AS qty FROM stream GROUP BY GROUPING SETS ((risk_type, desk), (desk), ())'
+\set q4 'SELECT s.region, count(*) AS n, min(s.qty) AS least FROM stream s GROUP BY s.region'
+SELECT exactonce.create_pipeline_as('r2', :'q2', shards => 3);
+SELECT exactonce.create_pipeline_as('r3', :'q3');
+SELECT exactonce.create_pipeline_as('r4', :'q4');
+SELECT name, shards, dimensions, grouping_sets FROM exactonce.pipelines WHERE name IN ('r2', 'r3', 'r4') ORDER BY 1;
+DO $$
+BEGIN
+	FOR c IN 1 .. 3 LOOP
+		PERFORM send('r2', 'region, desk', c, true);
+		PERFORM send('r3', 'risk_type, desk, qty', c, true);
+		PERFORM send('r4', 'region, qty', c, true);
+	END LOOP;
+END $$;
+-- the three pipelines were sent the same events three times over, which
+-- the de-duplicated stream absorbs
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r2.result EXCEPT ALL :q2) UNION ALL (:q2 EXCEPT ALL SELECT * FROM r2.result)) d;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r3.result EXCEPT ALL :q3) UNION ALL (:q3 EXCEPT ALL SELECT * FROM r3.result)) d;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r4.result EXCEPT ALL :q4) UNION ALL (:q4 EXCEPT ALL SELECT * FROM r4.result)) d;
+SELECT count(*) AS rows FROM r2.result;
+DROP VIEW stream;
+
+-- 5. accumulate mode, hourly windows of event time: each distinct reading
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM readings;
+\set q5 'SELECT date_bin(''1 hour'', event_time, ''1970-01-01 00:00+00'') AS hour, region, sum(value), count(*) AS readings, max(value) FROM stream GROUP BY ROLLUP (hour, region)'
+SELECT exactonce.create_pipeline_as('r5', :'q5', mode => 'accumulate', allowed_lateness => '36500 days');
+SELECT name, mode, dimensions, window_width, grouping_sets FROM exactonce.pipelines WHERE name = 'r5';
+DO $$
+BEGIN
+	FOR c IN 1 .. 4 LOOP
+		PERFORM send('r5', 'region', c, false);
+	END LOOP;
+END $$;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r5.result EXCEPT ALL :q5) UNION ALL (:q5 EXCEPT ALL SELECT * FROM r5.result)) d;
+SELECT count(*) AS windows FROM r5.result WHERE region IS NULL AND hour IS NOT NULL;
+DROP VIEW stream;
+
+-- what a pipeline cannot keep exactly is refused, naming the construct
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM exactonce.create_pipeline_as('bad', q);
+	RETURN 'created';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+SELECT pg_temp.err(q) FROM unnest(ARRAY[
+	'SELECT region, count(*) FROM stream WHERE value > 100 GROUP BY region',
+	'SELECT region, count(*) FILTER (WHERE value > 0) FROM stream GROUP BY region',
+	'SELECT region, count(*) FROM stream GROUP BY region HAVING count(*) > 1',
+	'SELECT region, count(*) FROM stream JOIN other USING (key) GROUP BY region',
+	'SELECT region, count(*) FROM trades GROUP BY region',
+	'SELECT lower(region), count(*) FROM stream GROUP BY lower(region)',
+	'SELECT region, sum(value * 2) FROM stream GROUP BY region',
+	'SELECT region, stddev(value) FROM stream GROUP BY region',
+	'SELECT region, min(value), min(qty) FROM stream GROUP BY region',
+	'SELECT region, count(*) FROM stream',
+	'SELECT count(*) FROM stream GROUP BY value',
+	'SELECT region, sum(DISTINCT value) FROM stream GROUP BY region',
+	'SELECT region, count(*) FROM stream GROUP BY region, ROLLUP (desk)',
+	'SELECT region, count(*) OVER () FROM stream GROUP BY region',
+	'SELECT region, desk, count(*) FROM stream GROUP BY region',
+	'SELECT date_bin(''1 hour'', event_time, ''1970-01-01 00:30+00''), count(*) FROM stream GROUP BY ROLLUP (date_bin(''1 hour'', event_time, ''1970-01-01 00:30+00''))',
+	'SELECT region, count(*) FROM stream GROUP BY ROLLUP (region, date_bin(''1 hour'', event_time, ''1970-01-01 00:00+00''))',
+	'SELECT date_trunc(''hour'', event_time), count(*) FROM stream GROUP BY 1',
+	'SELECT region, count(*) FROM stream GROUP BY region UNION SELECT region, count(*) FROM stream GROUP BY region',
+	'SELECT 1; SELECT 2',
+	'DELETE FROM stream',
+	'SELECT region, count(*) FROM stream GROUP BY region ORDER BY 2'
+]) q;
+SELECT count(*) AS made FROM exactonce.pipelines WHERE name = 'bad';
+
+SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5']) name;
+DROP EXTENSION exactonce;

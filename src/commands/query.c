@@ -1,0 +1,682 @@
+/*-------------------------------------------------------------------------
+ *
+ * query.c
+ *		create_pipeline_as(): a pipeline declared as a query over its
+ *		stream of events.
+ *
+ *	   SELECT exactonce.create_pipeline_as('trades', $$
+ *		 SELECT risk_type, region, sum(value) AS total, count(*) AS keys,
+ *				avg(qty), min(value), max(value), count(DISTINCT counterparty)
+ *		   FROM stream
+ *		  GROUP BY ROLLUP (risk_type, region) $$);
+ *
+ * The contract: view <name>.result always equals the query run over the
+ * de-duplicated stream, which in latest mode is the latest version of each
+ * live key and in accumulate mode each distinct reading.  The query is
+ * taken apart here into what create_pipeline takes (dimensions, measures,
+ * min_max, distinct_counts, a window, grouping sets), the pipeline is made
+ * by create_pipeline itself, so a declared pipeline is the same pipeline
+ * at the same cost, and the result view maps each column of the query onto
+ * the columns of <name>.aggregates.  Whatever the three stages cannot keep
+ * exactly is refused, naming the construct, with SQLSTATE 0A000 (or 42601
+ * for a query that is not one SELECT): nothing is approximated.
+ *
+ * avg is the cell's exact sum divided by its count, as PostgreSQL's avg
+ * divides: the same digits where a column's values have one scale (a
+ * numeric(p, s) column, say).  PostgreSQL takes the division's scale from
+ * the values in the group now, the pipeline from the largest scale the
+ * cell has seen, so with mixed scales the view may carry more digits.
+ *
+ * Supported: the dimensions (columns of the stream), sum, count, avg, min
+ * and max of value and of numeric measures, count(*), count(DISTINCT) of a
+ * text column, GROUP BY a list of dimensions, ROLLUP, CUBE or GROUPING
+ * SETS of them, and an event-time window written as the first key of a
+ * ROLLUP, date_bin(stride, event_time, origin) with an origin on the
+ * stride's grid from 1970-01-01 UTC (accumulate mode).  Not yet: WHERE,
+ * FILTER, HAVING, expressions as keys or inside aggregates.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "nodes/parsenodes.h"
+#include "parser/parser.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "catalog/pipeline.h"
+#include "catalog/statement.h"
+
+PG_FUNCTION_INFO_V1(exactonce_create_pipeline_as);
+
+extern Datum exactonce_create_pipeline(PG_FUNCTION_ARGS);
+
+#define QUERY_MAX_COLUMNS	64
+
+/* One column of the query: its name, and its SQL over <name>.aggregates. */
+typedef struct QueryColumn
+{
+	const char *name;
+	char	   *expr;			/* over the aggregates row */
+	const char *empty;			/* in the row of the empty grouping set over
+								 * no events */
+	const char *comment;		/* how it is computed */
+}			QueryColumn;
+
+/* A query taken apart into what create_pipeline takes. */
+typedef struct QueryPlan
+{
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			nmeasures;
+	char	   *measures[EXACTONCE_MAX_MEASURES];
+	int			nminmax;
+	char	   *minmax[1 + EXACTONCE_MAX_MEASURES];
+	int			ndistinct;
+	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	Node	   *window;			/* the date_bin() call, or NULL */
+	Datum		width;			/* its stride, an interval */
+	StringInfoData grouping;	/* grouping_sets, as create_pipeline takes */
+	bool		has_empty_set;	/* the grouping sets include () */
+	int			ncols;
+	QueryColumn cols[QUERY_MAX_COLUMNS];
+}			QueryPlan;
+
+/* columns of every stream, which are no dimension */
+static const char *const stream_columns[] = {"key", "version", "value", "deleted", "event_time"};
+
+/*
+ * QueryRefuse reports a construct of the query that a pipeline cannot keep
+ * exactly.
+ */
+static void
+QueryRefuse(const char *what, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s is not supported in a pipeline declared as a query", what),
+			 errhint("%s", hint)));
+}
+
+/*
+ * ColumnName returns the column a ColumnRef names (the stream's, maybe
+ * qualified by the stream's name or alias), or NULL if node is none.
+ */
+static const char *
+ColumnName(Node *node, const char *alias)
+{
+	ColumnRef  *ref = (ColumnRef *) node;
+	int			n;
+
+	if (node == NULL || !IsA(node, ColumnRef))
+		return NULL;
+	n = list_length(ref->fields);
+	if (n < 1 || n > 2 || !IsA(llast(ref->fields), String))
+		return NULL;
+	if (n == 2 && (!IsA(linitial(ref->fields), String) ||
+				   strcmp(strVal(linitial(ref->fields)), alias) != 0))
+		QueryRefuse(psprintf("column reference \"%s.%s\"", strVal(linitial(ref->fields)),
+							 strVal(llast(ref->fields))),
+					"Name the columns of the stream, alone or qualified by its name.");
+	return strVal(llast(ref->fields));
+}
+
+/*
+ * IsStreamColumn tells whether name is one of the columns every stream has.
+ */
+static bool
+IsStreamColumn(const char *name)
+{
+	for (int i = 0; i < lengthof(stream_columns); i++)
+		if (strcmp(name, stream_columns[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * AddName adds name to names (n of them, at most max) unless it is there,
+ * and returns its index.
+ */
+static int
+AddName(char **names, int *n, int max, const char *name, const char *what)
+{
+	for (int i = 0; i < *n; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	if (*n >= max)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline has at most %d %s", max, what)));
+	names[*n] = pstrdup(name);
+	return (*n)++;
+}
+
+/*
+ * ConstText returns the text of a string literal, maybe cast
+ * ('10 minutes'::interval), or NULL.
+ */
+static const char *
+ConstText(Node *node)
+{
+	if (node != NULL && IsA(node, TypeCast))
+		node = ((TypeCast *) node)->arg;
+	if (node == NULL || !IsA(node, A_Const) || ((A_Const *) node)->isnull ||
+		!IsA(&((A_Const *) node)->val, String))
+		return NULL;
+	return strVal(&((A_Const *) node)->val);
+}
+
+/*
+ * FuncName returns the name of a function call, unqualified or in
+ * pg_catalog, or NULL.
+ */
+static const char *
+FuncName(FuncCall * fc)
+{
+	int			n = list_length(fc->funcname);
+
+	if (n == 2 && strcmp(strVal(linitial(fc->funcname)), "pg_catalog") != 0)
+		return NULL;
+	if (n < 1 || n > 2)
+		return NULL;
+	return strVal(llast(fc->funcname));
+}
+
+/*
+ * IsWindow tells whether node is a date_bin() call of event_time.
+ */
+static bool
+IsWindow(Node *node, const char *alias)
+{
+	FuncCall   *fc = (FuncCall *) node;
+	const char *name;
+
+	if (node == NULL || !IsA(node, FuncCall))
+		return false;
+	name = FuncName(fc);
+	return name != NULL && strcmp(name, "date_bin") == 0 && list_length(fc->args) == 3 &&
+		ColumnName(lsecond(fc->args), alias) != NULL &&
+		strcmp(ColumnName(lsecond(fc->args), alias), "event_time") == 0;
+}
+
+/*
+ * TakeWindow takes the window of a date_bin(stride, event_time, origin)
+ * key: a stride of days and time, and an origin on its grid from
+ * 1970-01-01 00:00 UTC, where the pipeline's windows start.
+ */
+static void
+TakeWindow(QueryPlan * plan, Node *node)
+{
+	FuncCall   *fc = (FuncCall *) node;
+	const char *stride = ConstText(linitial(fc->args));
+	const char *origin = ConstText(lthird(fc->args));
+	const int64 epoch = -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE)) * USECS_PER_DAY;
+	int64		width;
+	TimestampTz at;
+
+	if (plan->window != NULL)
+	{
+		if (!equal(plan->window, node))
+			QueryRefuse("a second window", "A pipeline has one event-time window.");
+		return;
+	}
+	if (stride == NULL || origin == NULL)
+		QueryRefuse("a date_bin() whose stride or origin is not a literal",
+					"Write the stride and the origin as literals: date_bin('10 minutes', event_time, '1970-01-01 00:00+00').");
+	plan->width = DirectFunctionCall3(interval_in, CStringGetDatum(stride),
+									  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+	width = PipelineIntervalMicros("the stride of date_bin()", DatumGetIntervalP(plan->width));
+	at = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(origin),
+												 ObjectIdGetDatum(InvalidOid),
+												 Int32GetDatum(-1)));
+	if (width <= 0 || TIMESTAMP_NOT_FINITE(at) || (at - epoch) % width != 0)
+		QueryRefuse(psprintf("date_bin() with origin '%s'", origin),
+					"The windows of a pipeline start on the stride's grid from 1970-01-01 00:00 UTC: give that origin, '1970-01-01 00:00+00'.");
+	plan->window = node;
+}
+
+/*
+ * TakeKey takes one key of the GROUP BY: a dimension, or the window; it
+ * returns the name create_pipeline's grouping_sets knows it by.
+ */
+static const char *
+TakeKey(QueryPlan * plan, Node *node, const char *alias, List *targets, bool first)
+{
+	const char *name = ColumnName(node, alias);
+
+	/* a key may name a column of the select list by its alias */
+	if (name != NULL)
+	{
+		ListCell   *lc;
+
+		foreach(lc, targets)
+		{
+			ResTarget  *rt = lfirst_node(ResTarget, lc);
+
+			if (rt->name != NULL && strcmp(rt->name, name) == 0 && IsWindow(rt->val, alias))
+			{
+				node = rt->val;
+				name = NULL;
+				break;
+			}
+		}
+	}
+	if (name == NULL && IsWindow(node, alias))
+	{
+		if (!first)
+			QueryRefuse("a window that is not the first key of a ROLLUP",
+						"Write GROUP BY ROLLUP (date_bin(...), ...): a window is the first level of a rollup.");
+		TakeWindow(plan, node);
+		return PIPELINE_WINDOW_DIM;
+	}
+	if (name == NULL)
+		QueryRefuse("an expression as a key of GROUP BY",
+					"Group by columns of the stream, or by date_bin() of event_time.");
+	if (IsStreamColumn(name))
+		QueryRefuse(psprintf("grouping by column \"%s\"", name),
+					"key, version, value, deleted and event_time are the event's own; group by the columns that place it in cells.");
+	AddName(plan->dims, &plan->ndims, EXACTONCE_MAX_DIMENSIONS - 1, name, "dimensions");
+	return name;
+}
+
+/*
+ * AppendSet appends one grouping set, "(a, b)", to the grouping.
+ */
+static void
+AppendSet(QueryPlan * plan, List *keys, const char *alias, List *targets, bool *first)
+{
+	ListCell   *lc;
+
+	appendStringInfo(&plan->grouping, "%s(", plan->grouping.len > 0 ? ", " : "");
+	foreach(lc, keys)
+	{
+		appendStringInfo(&plan->grouping, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 TakeKey(plan, lfirst(lc), alias, targets, *first));
+		*first = false;
+	}
+	appendStringInfoChar(&plan->grouping, ')');
+	if (keys == NIL)
+		plan->has_empty_set = true;
+}
+
+/*
+ * TakeGroupBy takes the GROUP BY: keys, one ROLLUP or CUBE of keys, or
+ * GROUPING SETS of lists of keys.
+ */
+static void
+TakeGroupBy(QueryPlan * plan, SelectStmt *sel, const char *alias)
+{
+	GroupingSet *gs = list_length(sel->groupClause) == 1 &&
+	IsA(linitial(sel->groupClause), GroupingSet) ? linitial(sel->groupClause) : NULL;
+	ListCell   *lc;
+	bool		first = true;
+
+	initStringInfo(&plan->grouping);
+	if (sel->groupDistinct)
+		QueryRefuse("GROUP BY DISTINCT", "Write each grouping set once.");
+	if (gs == NULL)
+	{
+		foreach(lc, sel->groupClause)
+			if (IsA(lfirst(lc), GroupingSet))
+			QueryRefuse("grouping sets beside other keys",
+						"Write GROUP BY ROLLUP (...), CUBE (...) or GROUPING SETS (...) alone.");
+		if (sel->groupClause == NIL)
+			QueryRefuse("a query without GROUP BY",
+						"Group by the dimensions of the cells: GROUP BY ROLLUP (...), for example; GROUPING SETS (()) is the grand total alone.");
+		foreach(lc, sel->groupClause)
+			if (IsWindow(lfirst(lc), alias))
+			QueryRefuse("a window that is not the first key of a ROLLUP",
+						"Write GROUP BY ROLLUP (date_bin(...), ...): a window is the first level of a rollup.");
+		AppendSet(plan, sel->groupClause, alias, sel->targetList, &first);
+		return;
+	}
+	if (gs->kind == GROUPING_SET_ROLLUP || gs->kind == GROUPING_SET_CUBE)
+	{
+		foreach(lc, gs->content)
+		{
+			if (IsA(lfirst(lc), GroupingSet))
+				QueryRefuse("a composite key in ROLLUP or CUBE", "List single keys.");
+			(void) TakeKey(plan, lfirst(lc), alias, sel->targetList,
+						   first && gs->kind == GROUPING_SET_ROLLUP);
+			first = false;
+		}
+		if (plan->window != NULL && gs->kind == GROUPING_SET_CUBE)
+			QueryRefuse("a window in a CUBE", "A window is the first level of a ROLLUP.");
+		appendStringInfoString(&plan->grouping, gs->kind == GROUPING_SET_ROLLUP ? "rollup" : "cube");
+		plan->has_empty_set = true;
+		return;
+	}
+	Assert(gs->kind == GROUPING_SET_SETS);
+	foreach(lc, gs->content)
+	{
+		Node	   *set = lfirst(lc);
+		GroupingSet *inner = IsA(set, GroupingSet) ? (GroupingSet *) set : NULL;
+
+		if (IsA(set, RowExpr))
+			AppendSet(plan, ((RowExpr *) set)->args, alias, sel->targetList, &first);
+		else if (inner == NULL)
+			AppendSet(plan, list_make1(set), alias, sel->targetList, &first);
+		else if (inner->kind == GROUPING_SET_SIMPLE || inner->kind == GROUPING_SET_EMPTY)
+			AppendSet(plan, inner->content, alias, sel->targetList, &first);
+		else
+			QueryRefuse("ROLLUP or CUBE inside GROUPING SETS", "List the grouping sets one by one.");
+	}
+	if (plan->window != NULL)
+		QueryRefuse("a window in GROUPING SETS", "A window is the first level of a ROLLUP.");
+}
+
+/*
+ * AddColumn adds a column of the result.
+ */
+static void
+AddColumn(QueryPlan * plan, const char *name, char *expr, const char *empty, const char *comment)
+{
+	if (plan->ncols >= QUERY_MAX_COLUMNS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a pipeline declared as a query has at most %d columns", QUERY_MAX_COLUMNS)));
+	for (int i = 0; i < plan->ncols; i++)
+		if (strcmp(plan->cols[i].name, name) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_COLUMN),
+					 errmsg("the query has two columns named \"%s\"", name),
+					 errhint("Name each column of the select list: min(value) AS value_min, for example.")));
+	plan->cols[plan->ncols++] = (QueryColumn)
+	{
+		name, expr, empty, comment
+	};
+}
+
+/*
+ * TakeAggregate takes one aggregate of the select list.
+ */
+static void
+TakeAggregate(QueryPlan * plan, FuncCall * fc, const char *name, const char *alias)
+{
+	const char *fn = FuncName(fc);
+	const char *col = list_length(fc->args) == 1 ? ColumnName(linitial(fc->args), alias) : NULL;
+	bool		of_value;
+	char	   *q;
+
+	if (fc->over != NULL)
+		QueryRefuse("a window function", "Aggregate per cell with GROUP BY.");
+	if (fc->agg_filter != NULL)
+		QueryRefuse("FILTER", "Declare another pipeline, or a view, for the events the filter keeps.");
+	if (fc->agg_order != NIL || fc->agg_within_group || fc->func_variadic)
+		QueryRefuse("an ordered aggregate", "Use sum, count, avg, min, max or count(DISTINCT).");
+	if (fn == NULL || (strcmp(fn, "sum") != 0 && strcmp(fn, "count") != 0 &&
+					   strcmp(fn, "avg") != 0 && strcmp(fn, "min") != 0 &&
+					   strcmp(fn, "max") != 0))
+		QueryRefuse(psprintf("function %s()", fn ? fn : NameListToString(fc->funcname)),
+					"A pipeline keeps sum, count, avg, min and max of value and of numeric measures, and count(DISTINCT) of a text column.");
+	if (fc->agg_star)
+	{
+		if (strcmp(fn, "count") != 0 || fc->agg_distinct)
+			QueryRefuse(psprintf("%s(*)", fn), "count(*) counts the events of a cell.");
+		AddColumn(plan, name, "keys", "0::pg_catalog.int8", "count(*): the events of the cell (latest mode: its live keys)");
+		return;
+	}
+	if (col == NULL)
+		QueryRefuse(psprintf("an expression inside %s()", fn), "Aggregate a column of the stream.");
+	if (fc->agg_distinct)
+	{
+		if (strcmp(fn, "count") != 0)
+			QueryRefuse(psprintf("%s(DISTINCT)", fn), "Only count(DISTINCT) is kept exactly.");
+		if (IsStreamColumn(col))
+			QueryRefuse(psprintf("count(DISTINCT %s)", col), "Count the distinct values of a text column of your own.");
+		AddName(plan->distincts, &plan->ndistinct, EXACTONCE_MAX_DISTINCT, col, "columns counted distinct");
+		AddColumn(plan, name, psprintf("%s", quote_identifier(psprintf("%s_distinct", col))),
+				  "0::pg_catalog.int8", psprintf("count(DISTINCT %s): the distinct values of the cell's events", col));
+		return;
+	}
+	of_value = strcmp(col, "value") == 0;
+	if (!of_value && (IsStreamColumn(col) || strcmp(fn, "count") == 0))
+	{
+		/* count of a column that is never NULL is count(*) */
+		for (int i = 0; i < plan->ndims; i++)
+			if (strcmp(plan->dims[i], col) == 0 && strcmp(fn, "count") == 0)
+				of_value = true;
+		if (strcmp(fn, "count") == 0 && IsStreamColumn(col))
+			of_value = true;
+		if (!of_value && IsStreamColumn(col))
+			QueryRefuse(psprintf("%s(%s)", fn, col), "Aggregate value or a numeric measure.");
+	}
+	if (of_value)
+	{
+		if (strcmp(fn, "sum") == 0)
+			AddColumn(plan, name, "total", "NULL::pg_catalog.numeric", "sum(value): the total of the cell");
+		else if (strcmp(fn, "count") == 0)
+			AddColumn(plan, name, "keys", "0::pg_catalog.int8", psprintf("count(%s): the events of the cell", col));
+		else if (strcmp(fn, "avg") == 0)
+			AddColumn(plan, name, "total OPERATOR(pg_catalog./) NULLIF(keys, 0)",
+					  "NULL::pg_catalog.numeric", "avg(value): total / keys");
+		else
+		{
+			AddName(plan->minmax, &plan->nminmax, 1 + EXACTONCE_MAX_MEASURES, "value", "min_max columns");
+			AddColumn(plan, name, psprintf("value_%s", fn), "NULL::pg_catalog.numeric",
+					  psprintf("%s(value): kept per cell, read anew from state when it leaves", fn));
+		}
+		return;
+	}
+	AddName(plan->measures, &plan->nmeasures, EXACTONCE_MAX_MEASURES, col, "measures");
+	q = psprintf("%s", col);
+	if (strcmp(fn, "sum") == 0)
+		AddColumn(plan, name, psprintf("CASE WHEN %s OPERATOR(pg_catalog.=) 0 THEN NULL ELSE %s END",
+									   quote_identifier(psprintf("%s_count", q)),
+									   quote_identifier(psprintf("%s_sum", q))),
+				  "NULL::pg_catalog.numeric", psprintf("sum(%s): the measure's sum (NULL where no event has it)", q));
+	else if (strcmp(fn, "count") == 0)
+		AddColumn(plan, name, psprintf("%s", quote_identifier(psprintf("%s_count", q))),
+				  "0::pg_catalog.int8", psprintf("count(%s): the events that have the measure", q));
+	else if (strcmp(fn, "avg") == 0)
+		AddColumn(plan, name, psprintf("%s OPERATOR(pg_catalog./) NULLIF(%s, 0)",
+									   quote_identifier(psprintf("%s_sum", q)),
+									   quote_identifier(psprintf("%s_count", q))),
+				  "NULL::pg_catalog.numeric", psprintf("avg(%s): its sum / its count", q));
+	else
+	{
+		AddName(plan->minmax, &plan->nminmax, 1 + EXACTONCE_MAX_MEASURES, q, "min_max columns");
+		AddColumn(plan, name, psprintf("%s", quote_identifier(psprintf("%s_%s", q, fn))),
+				  "NULL::pg_catalog.numeric",
+				  psprintf("%s(%s): kept per cell, read anew from state when it leaves", fn, q));
+	}
+}
+
+/*
+ * TakeTargets takes the select list: keys of the GROUP BY and aggregates.
+ */
+static void
+TakeTargets(QueryPlan * plan, SelectStmt *sel, const char *alias)
+{
+	ListCell   *lc;
+
+	foreach(lc, sel->targetList)
+	{
+		ResTarget  *rt = lfirst_node(ResTarget, lc);
+		const char *col = ColumnName(rt->val, alias);
+		const char *name = rt->name;
+
+		if (rt->val != NULL && IsA(rt->val, ColumnRef) &&
+			IsA(llast(((ColumnRef *) rt->val)->fields), A_Star))
+			QueryRefuse("* in the select list", "Name the keys and the aggregates.");
+		if (col != NULL)
+		{
+			bool		dim = false;
+
+			for (int i = 0; i < plan->ndims; i++)
+				dim |= strcmp(plan->dims[i], col) == 0;
+			if (!dim)
+				ereport(ERROR,
+						(errcode(ERRCODE_GROUPING_ERROR),
+						 errmsg("column \"%s\" must appear in the GROUP BY clause or be used in an aggregate function", col)));
+			AddColumn(plan, name ? name : col, psprintf("%s", quote_identifier(col)), "NULL::pg_catalog.text",
+					  psprintf("the dimension %s (NULL where the grouping set leaves it out)", col));
+		}
+		else if (IsWindow(rt->val, alias))
+		{
+			if (plan->window == NULL || !equal(plan->window, rt->val))
+				ereport(ERROR,
+						(errcode(ERRCODE_GROUPING_ERROR),
+						 errmsg("the window of the select list must be the one of the GROUP BY")));
+			AddColumn(plan, name ? name : "date_bin", "CAST(window_start AS pg_catalog.timestamptz)",
+					  "NULL::pg_catalog.timestamptz", "the start of the event-time window");
+		}
+		else if (rt->val != NULL && IsA(rt->val, FuncCall))
+			TakeAggregate(plan, (FuncCall *) rt->val,
+						  name ? name : FuncName((FuncCall *) rt->val) ?
+						  FuncName((FuncCall *) rt->val) : "?column?", alias);
+		else
+			QueryRefuse("an expression in the select list",
+						"Select the keys of the GROUP BY and sum, count, avg, min, max or count(DISTINCT) of the stream's columns.");
+	}
+}
+
+/*
+ * QueryPlanOf takes a query apart, or refuses it.
+ */
+static void
+QueryPlanOf(QueryPlan * plan, const char *query)
+{
+	List	   *raw = raw_parser(query, RAW_PARSE_DEFAULT);
+	SelectStmt *sel;
+	RangeVar   *from;
+	const char *alias;
+
+	if (list_length(raw) != 1 || !IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("a pipeline's query must be one SELECT"),
+				 errhint("SELECT <keys>, <aggregates> FROM stream GROUP BY ...")));
+	sel = (SelectStmt *) linitial_node(RawStmt, raw)->stmt;
+	if (sel->op != SETOP_NONE)
+		QueryRefuse("UNION, INTERSECT or EXCEPT", "Declare a pipeline per query.");
+	if (sel->withClause != NULL)
+		QueryRefuse("WITH", "Write the query over stream itself.");
+	if (sel->valuesLists != NIL || sel->intoClause != NULL || sel->lockingClause != NIL)
+		QueryRefuse("VALUES, INTO or FOR UPDATE", "Write SELECT ... FROM stream GROUP BY ....");
+	if (list_length(sel->fromClause) != 1 || !IsA(linitial(sel->fromClause), RangeVar))
+		QueryRefuse("a FROM clause other than stream", "Read FROM stream alone: no joins, no subqueries.");
+	from = linitial_node(RangeVar, sel->fromClause);
+	if (from->schemaname != NULL || from->catalogname != NULL || strcmp(from->relname, "stream") != 0)
+		QueryRefuse(psprintf("FROM %s", from->relname), "Read FROM stream: the pipeline's events.");
+	alias = from->alias ? from->alias->aliasname : "stream";
+	if (sel->whereClause != NULL)
+		QueryRefuse("WHERE",
+					"Send only the events the pipeline is for, or key a view on the dimensions it keeps (exactonce.create_view with a filter).");
+	if (sel->havingClause != NULL)
+		QueryRefuse("HAVING", "Filter the rows of the result view when you read them.");
+	if (sel->distinctClause != NIL)
+		QueryRefuse("SELECT DISTINCT", "The cells of a pipeline are distinct by their keys.");
+	if (sel->windowClause != NIL)
+		QueryRefuse("WINDOW", "Aggregate per cell with GROUP BY.");
+	if (sel->sortClause != NIL || sel->limitCount != NULL || sel->limitOffset != NULL)
+		QueryRefuse("ORDER BY, LIMIT or OFFSET", "Order and limit the rows of the result view when you read them.");
+	TakeGroupBy(plan, sel, alias);
+	TakeTargets(plan, sel, alias);
+}
+
+/*
+ * TextArrayOf makes a text[] of n names.
+ */
+static Datum
+TextArrayOf(char **names, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = CStringGetTextDatum(names[i]);
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * BuildResultView is the DDL of view <name>.result: the query's columns
+ * over the aggregates, and the row the empty grouping set has over no
+ * events when there is none.
+ */
+static char *
+BuildResultView(QueryPlan * plan, const char *name, const char *query)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(name);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE VIEW %s.result AS SELECT ", s);
+	for (int i = 0; i < plan->ncols; i++)
+		appendStringInfo(&sql, "%s%s AS %s", i > 0 ? ", " : "", plan->cols[i].expr,
+						 quote_identifier(plan->cols[i].name));
+	appendStringInfo(&sql, " FROM %s.aggregates", s);
+	if (plan->has_empty_set)
+	{
+		appendStringInfoString(&sql, " UNION ALL SELECT ");
+		for (int i = 0; i < plan->ncols; i++)
+			appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "", plan->cols[i].empty);
+		appendStringInfo(&sql, " WHERE NOT EXISTS (SELECT FROM %s.aggregates WHERE level OPERATOR(pg_catalog.=) 0)", s);
+	}
+	appendStringInfo(&sql, ";\nCOMMENT ON VIEW %s.result IS %s;\n", s,
+					 quote_literal_cstr(psprintf("exactonce: the query of pipeline %s over its de-duplicated stream: %s",
+												 name, query)));
+	for (int i = 0; i < plan->ncols; i++)
+		appendStringInfo(&sql, "COMMENT ON COLUMN %s.result.%s IS %s;\n", s,
+						 quote_identifier(plan->cols[i].name), quote_literal_cstr(plan->cols[i].comment));
+	return sql.data;
+}
+
+/*
+ * exactonce_create_pipeline_as creates a pipeline from a query over its
+ * stream, through create_pipeline, and its view result.
+ */
+Datum
+exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
+{
+	LOCAL_FCINFO(create, 10);
+	QueryPlan  *plan = palloc0(sizeof(QueryPlan));
+	char	   *name;
+	char	   *query;
+	int			nestlevel;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name, query, mode and allowed_lateness of a pipeline must not be NULL")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	query = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	QueryPlanOf(plan, query);
+
+	InitFunctionCallInfoData(*create, NULL, 10, InvalidOid, NULL, NULL);
+	for (int i = 0; i < 10; i++)
+		create->args[i].isnull = false;
+	create->args[0].value = PG_GETARG_DATUM(0);
+	create->args[1].value = TextArrayOf(plan->dims, plan->ndims);
+	create->args[2].value = PG_GETARG_DATUM(2);
+	create->args[3].value = PG_GETARG_DATUM(3);
+	create->args[3].isnull = PG_ARGISNULL(3);
+	create->args[4].value = TextArrayOf(plan->measures, plan->nmeasures);
+	create->args[5].value = TextArrayOf(plan->minmax, plan->nminmax);
+	create->args[6].value = TextArrayOf(plan->distincts, plan->ndistinct);
+	create->args[7].value = plan->width;
+	create->args[7].isnull = plan->window == NULL;
+	create->args[8].value = PG_GETARG_DATUM(4);
+	create->args[9].value = CStringGetTextDatum(plan->grouping.data);
+	(void) exactonce_create_pipeline(create);
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (SPI_execute(BuildResultView(plan, name, query), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not create the result view of pipeline \"%s\"", name);
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+		Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+
+		PipelineRegistryExec("UPDATE exactonce.pipeline SET query = $2 WHERE name OPERATOR(pg_catalog.=) $1",
+							 2, types, values, 1);
+	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
