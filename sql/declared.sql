@@ -168,4 +168,7 @@ SELECT pg_temp.err(q) FROM unnest(ARRAY[
 SELECT count(*) AS made FROM exactonce.pipelines WHERE name = 'bad';
 
 SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5']) name;
+DROP VIEW latest_stream, readings;
+DROP TABLE sent;
+DROP FUNCTION chunk(integer, boolean), send(text, text, integer, boolean);
 DROP EXTENSION exactonce;
