@@ -32,8 +32,15 @@
  * text column, GROUP BY a list of dimensions, ROLLUP, CUBE or GROUPING
  * SETS of them, and an event-time window written as the first key of a
  * ROLLUP, date_bin(stride, event_time, origin) with an origin on the
- * stride's grid from 1970-01-01 UTC (accumulate mode).  Not yet: WHERE,
- * FILTER, HAVING, expressions as keys or inside aggregates.
+ * stride's grid from 1970-01-01 UTC (accumulate mode), and in latest mode
+ * a WHERE over any column of the stream: the queue gets a boolean column
+ * generated from it (EV_WHERE_COLUMN), and an event for which it is not
+ * true counts as a tombstone of its key, which is exactly "the latest
+ * version of each key, if the WHERE keeps it".  The WHERE may use columns
+ * and built-in immutable functions and operators only: it runs in the
+ * producer's INSERT, as a generated column, with search_path pg_catalog.
+ * A column that only the WHERE names is added to the queue as text.  Not
+ * yet: FILTER, HAVING, expressions as keys or inside aggregates.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,14 +51,18 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "parser/gramparse.h"
 #include "parser/parser.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
+#include "engine/event.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline_as);
 
@@ -67,7 +78,7 @@ typedef struct QueryColumn
 	const char *empty;			/* in the row of the empty grouping set over
 								 * no events */
 	const char *comment;		/* how it is computed */
-}			QueryColumn;
+} QueryColumn;
 
 /* A query taken apart into what create_pipeline takes. */
 typedef struct QueryPlan
@@ -80,13 +91,16 @@ typedef struct QueryPlan
 	char	   *minmax[1 + EXACTONCE_MAX_MEASURES];
 	int			ndistinct;
 	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	char	   *where;			/* the text of the WHERE clause, or NULL */
+	int			nextra;			/* columns WHERE alone names, made text */
+	char	   *extra[EXACTONCE_MAX_DIMENSIONS];
 	Node	   *window;			/* the date_bin() call, or NULL */
 	Datum		width;			/* its stride, an interval */
 	StringInfoData grouping;	/* grouping_sets, as create_pipeline takes */
 	bool		has_empty_set;	/* the grouping sets include () */
 	int			ncols;
 	QueryColumn cols[QUERY_MAX_COLUMNS];
-}			QueryPlan;
+} QueryPlan;
 
 /* columns of every stream, which are no dimension */
 static const char *const stream_columns[] = {"key", "version", "value", "deleted", "event_time"};
@@ -177,7 +191,7 @@ ConstText(Node *node)
  * pg_catalog, or NULL.
  */
 static const char *
-FuncName(FuncCall * fc)
+FuncName(FuncCall *fc)
 {
 	int			n = list_length(fc->funcname);
 
@@ -211,7 +225,7 @@ IsWindow(Node *node, const char *alias)
  * 1970-01-01 00:00 UTC, where the pipeline's windows start.
  */
 static void
-TakeWindow(QueryPlan * plan, Node *node)
+TakeWindow(QueryPlan *plan, Node *node)
 {
 	FuncCall   *fc = (FuncCall *) node;
 	const char *stride = ConstText(linitial(fc->args));
@@ -246,7 +260,7 @@ TakeWindow(QueryPlan * plan, Node *node)
  * returns the name create_pipeline's grouping_sets knows it by.
  */
 static const char *
-TakeKey(QueryPlan * plan, Node *node, const char *alias, List *targets, bool first)
+TakeKey(QueryPlan *plan, Node *node, const char *alias, List *targets, bool first)
 {
 	const char *name = ColumnName(node, alias);
 
@@ -289,7 +303,7 @@ TakeKey(QueryPlan * plan, Node *node, const char *alias, List *targets, bool fir
  * AppendSet appends one grouping set, "(a, b)", to the grouping.
  */
 static void
-AppendSet(QueryPlan * plan, List *keys, const char *alias, List *targets, bool *first)
+AppendSet(QueryPlan *plan, List *keys, const char *alias, List *targets, bool *first)
 {
 	ListCell   *lc;
 
@@ -310,7 +324,7 @@ AppendSet(QueryPlan * plan, List *keys, const char *alias, List *targets, bool *
  * GROUPING SETS of lists of keys.
  */
 static void
-TakeGroupBy(QueryPlan * plan, SelectStmt *sel, const char *alias)
+TakeGroupBy(QueryPlan *plan, SelectStmt *sel, const char *alias)
 {
 	GroupingSet *gs = list_length(sel->groupClause) == 1 &&
 	IsA(linitial(sel->groupClause), GroupingSet) ? linitial(sel->groupClause) : NULL;
@@ -375,7 +389,7 @@ TakeGroupBy(QueryPlan * plan, SelectStmt *sel, const char *alias)
  * AddColumn adds a column of the result.
  */
 static void
-AddColumn(QueryPlan * plan, const char *name, char *expr, const char *empty, const char *comment)
+AddColumn(QueryPlan *plan, const char *name, char *expr, const char *empty, const char *comment)
 {
 	if (plan->ncols >= QUERY_MAX_COLUMNS)
 		ereport(ERROR,
@@ -397,7 +411,7 @@ AddColumn(QueryPlan * plan, const char *name, char *expr, const char *empty, con
  * TakeAggregate takes one aggregate of the select list.
  */
 static void
-TakeAggregate(QueryPlan * plan, FuncCall * fc, const char *name, const char *alias)
+TakeAggregate(QueryPlan *plan, FuncCall *fc, const char *name, const char *alias)
 {
 	const char *fn = FuncName(fc);
 	const char *col = list_length(fc->args) == 1 ? ColumnName(linitial(fc->args), alias) : NULL;
@@ -492,7 +506,7 @@ TakeAggregate(QueryPlan * plan, FuncCall * fc, const char *name, const char *ali
  * TakeTargets takes the select list: keys of the GROUP BY and aggregates.
  */
 static void
-TakeTargets(QueryPlan * plan, SelectStmt *sel, const char *alias)
+TakeTargets(QueryPlan *plan, SelectStmt *sel, const char *alias)
 {
 	ListCell   *lc;
 
@@ -537,11 +551,117 @@ TakeTargets(QueryPlan * plan, SelectStmt *sel, const char *alias)
 	}
 }
 
+/* What WhereColumns needs: the plan, and the stream's alias. */
+typedef struct WhereWalk
+{
+	QueryPlan  *plan;
+	const char *alias;
+} WhereWalk;
+
+/*
+ * IsKeptColumn tells whether the pipeline's queue has column name, from
+ * the query's keys and aggregates.
+ */
+static bool
+IsKeptColumn(QueryPlan *plan, const char *name)
+{
+	for (int i = 0; i < plan->ndims; i++)
+		if (strcmp(plan->dims[i], name) == 0)
+			return true;
+	for (int i = 0; i < plan->nmeasures; i++)
+		if (strcmp(plan->measures[i], name) == 0)
+			return true;
+	for (int i = 0; i < plan->ndistinct; i++)
+		if (strcmp(plan->distincts[i], name) == 0)
+			return true;
+	return IsStreamColumn(name);
+}
+
+/*
+ * WhereColumns checks the WHERE clause: columns named alone (a generated
+ * column takes no qualified names), functions and types unqualified or in
+ * pg_catalog; it notes the columns that only the WHERE names.
+ */
+static bool
+WhereColumns(Node *node, WhereWalk *w)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, ColumnRef))
+	{
+		ColumnRef  *ref = (ColumnRef *) node;
+		const char *name;
+
+		if (list_length(ref->fields) != 1 || !IsA(linitial(ref->fields), String))
+			QueryRefuse("a qualified column in WHERE", "Name the columns of the stream alone in WHERE.");
+		name = strVal(linitial(ref->fields));
+		if (strcmp(name, EV_WHERE_COLUMN) == 0 || strncmp(name, "pg_", 3) == 0 ||
+			strcmp(name, "ingest_slot") == 0 || strcmp(name, "ingest_id") == 0)
+			QueryRefuse(psprintf("column \"%s\" in WHERE", name), "Name a column of the events.");
+		if (!IsKeptColumn(w->plan, name))
+			AddName(w->plan->extra, &w->plan->nextra, EXACTONCE_MAX_DIMENSIONS, name,
+					"columns that only WHERE names");
+		return false;
+	}
+	if (IsA(node, FuncCall) && list_length(((FuncCall *) node)->funcname) > 1 &&
+		FuncName((FuncCall *) node) == NULL)
+		QueryRefuse("a function of another schema in WHERE", "Use the built-in functions.");
+	if (IsA(node, TypeCast) && list_length(((TypeCast *) node)->typeName->names) > 1 &&
+		strcmp(strVal(linitial(((TypeCast *) node)->typeName->names)), "pg_catalog") != 0)
+		QueryRefuse("a type of another schema in WHERE", "Use the built-in types.");
+	if (IsA(node, A_Expr) && list_length(((A_Expr *) node)->name) > 1 &&
+		strcmp(strVal(linitial(((A_Expr *) node)->name)), "pg_catalog") != 0)
+		QueryRefuse("an operator of another schema in WHERE", "Use the built-in operators.");
+	return raw_expression_tree_walker(node, WhereColumns, (void *) w);
+}
+
+/*
+ * WhereText returns the text of the WHERE clause of query, as PostgreSQL's
+ * own scanner cuts it: from the WHERE at depth 0 to the next clause.
+ */
+static char *
+WhereText(const char *query)
+{
+	core_yy_extra_type yyextra;
+	core_yyscan_t scanner = scanner_init(query, &yyextra, &ScanKeywords, ScanKeywordTokens);
+	core_YYSTYPE yylval;
+	YYLTYPE		yylloc;
+	int			depth = 0;
+	int			start = -1;
+	int			end = strlen(query);
+
+	for (;;)
+	{
+		int			tok = core_yylex(&yylval, &yylloc, scanner);
+
+		if (tok == 0)
+			break;
+		if (tok == '(' || tok == '[')
+			depth++;
+		else if (tok == ')' || tok == ']')
+			depth--;
+		else if (depth == 0 && tok == WHERE && start < 0)
+			start = yylloc + strlen("where");
+		else if (depth == 0 && start >= 0 &&
+				 (tok == GROUP_P || tok == HAVING || tok == WINDOW || tok == ORDER ||
+				  tok == LIMIT || tok == OFFSET || tok == FETCH || tok == FOR ||
+				  tok == UNION || tok == INTERSECT || tok == EXCEPT || tok == ';'))
+		{
+			end = yylloc;
+			break;
+		}
+	}
+	scanner_finish(scanner);
+	if (start < 0)
+		elog(ERROR, "could not find the WHERE clause of the query");
+	return pnstrdup(query + start, end - start);
+}
+
 /*
  * QueryPlanOf takes a query apart, or refuses it.
  */
 static void
-QueryPlanOf(QueryPlan * plan, const char *query)
+QueryPlanOf(QueryPlan *plan, const char *query, bool latest)
 {
 	List	   *raw = raw_parser(query, RAW_PARSE_DEFAULT);
 	SelectStmt *sel;
@@ -566,9 +686,6 @@ QueryPlanOf(QueryPlan * plan, const char *query)
 	if (from->schemaname != NULL || from->catalogname != NULL || strcmp(from->relname, "stream") != 0)
 		QueryRefuse(psprintf("FROM %s", from->relname), "Read FROM stream: the pipeline's events.");
 	alias = from->alias ? from->alias->aliasname : "stream";
-	if (sel->whereClause != NULL)
-		QueryRefuse("WHERE",
-					"Send only the events the pipeline is for, or key a view on the dimensions it keeps (exactonce.create_view with a filter).");
 	if (sel->havingClause != NULL)
 		QueryRefuse("HAVING", "Filter the rows of the result view when you read them.");
 	if (sel->distinctClause != NIL)
@@ -579,6 +696,16 @@ QueryPlanOf(QueryPlan * plan, const char *query)
 		QueryRefuse("ORDER BY, LIMIT or OFFSET", "Order and limit the rows of the result view when you read them.");
 	TakeGroupBy(plan, sel, alias);
 	TakeTargets(plan, sel, alias);
+	if (sel->whereClause != NULL)
+	{
+		WhereWalk	w = {plan, alias};
+
+		if (!latest)
+			QueryRefuse("WHERE in accumulate mode",
+						"Send only the readings the pipeline is for, or declare it in latest mode.");
+		(void) WhereColumns(sel->whereClause, &w);
+		plan->where = WhereText(query);
+	}
 }
 
 /*
@@ -600,7 +727,7 @@ TextArrayOf(char **names, int n)
  * events when there is none.
  */
 static char *
-BuildResultView(QueryPlan * plan, const char *name, const char *query)
+BuildResultView(QueryPlan *plan, const char *name, const char *query)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(name);
@@ -628,6 +755,34 @@ BuildResultView(QueryPlan * plan, const char *name, const char *query)
 }
 
 /*
+ * AddWhereColumn gives the queue the columns only the WHERE names (text)
+ * and the boolean column generated from the WHERE, as the calling role,
+ * with search_path pg_catalog alone: the expression, which runs in every
+ * producer's INSERT, can reach built-in objects only.
+ */
+static void
+AddWhereColumn(QueryPlan *plan, const char *name)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(name);
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	initStringInfo(&sql);
+	for (int i = 0; i < plan->nextra; i++)
+		appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD COLUMN %s text;\n", s,
+						 quote_identifier(plan->extra[i]));
+	appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD COLUMN %s boolean GENERATED ALWAYS AS (%s) STORED;\n"
+					 "COMMENT ON COLUMN %s.ingest.%s IS %s;\n",
+					 s, EV_WHERE_COLUMN, plan->where, s, EV_WHERE_COLUMN,
+					 quote_literal_cstr("exactonce: the WHERE of the pipeline's query; an event for which it is not true counts as a tombstone of its key"));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not add the WHERE of pipeline \"%s\" to its queue", name);
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
  * exactonce_create_pipeline_as creates a pipeline from a query over its
  * stream, through create_pipeline, and its view result.
  */
@@ -646,7 +801,7 @@ exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
 				 errmsg("name, query, mode and allowed_lateness of a pipeline must not be NULL")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	query = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	QueryPlanOf(plan, query);
+	QueryPlanOf(plan, query, strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "latest") == 0);
 
 	InitFunctionCallInfoData(*create, NULL, 10, InvalidOid, NULL, NULL);
 	for (int i = 0; i < 10; i++)
@@ -666,6 +821,8 @@ exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
 	(void) exactonce_create_pipeline(create);
 
 	SPI_connect();
+	if (plan->where != NULL)
+		AddWhereColumn(plan, name);
 	nestlevel = StatementPinSearchPath();
 	if (SPI_execute(BuildResultView(plan, name, query), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the result view of pipeline \"%s\"", name);

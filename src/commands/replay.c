@@ -70,7 +70,7 @@ exactonce_replay_dead_letters(PG_FUNCTION_ARGS)
 	SPITupleTable *rows;
 	int			n;
 	Event	   *events;
-	AttrNumber	attnums[EV_MAX_NATTS];
+	AttrNumber	attnums[EV_ATTNUMS];
 	TupleTableSlot *slot;
 	StageCounts counts = {0};
 	StageCounts moved;

@@ -371,7 +371,7 @@ CheckRows(Pipeline *p, const char *table, const char *source, Datum rows, int32 
 	MemoryContext row_cxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce moved row",
 												  ALLOCSET_DEFAULT_SIZES);
 	TupleTableSlot *slot = NULL;
-	AttrNumber	attnums[EV_MAX_NATTS];
+	AttrNumber	attnums[EV_ATTNUMS];
 	Portal		portal;
 	int64		n = 0;
 

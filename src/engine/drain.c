@@ -37,12 +37,12 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
-#include "catalog/pipeline.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/drain.h"
 #include "engine/event.h"

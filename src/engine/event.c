@@ -18,7 +18,6 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "catalog/pipeline.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "funcapi.h"
@@ -27,6 +26,7 @@
 #include "utils/lsyscache.h"
 #include "utils/typcache.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/event.h"
 
@@ -92,12 +92,23 @@ EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
 			break;
 		}
 	}
+	attnums[EV_WHERE(p)] = 0;
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+
+		if (!att->attisdropped && att->atttypid == BOOLOID &&
+			strcmp(NameStr(att->attname), EV_WHERE_COLUMN) == 0)
+			attnums[EV_WHERE(p)] = att->attnum;
+	}
 }
 
 /*
  * EventFromSlot copies one event out of a tuple slot into the current memory
  * context.  It returns NULL, or the name of a required column that is NULL
- * or missing.  A missing deleted is false, a missing event_time is now.
+ * or missing.  A missing deleted is false, a missing event_time is now;
+ * where the row has EV_WHERE_COLUMN and it is not true, the event is a
+ * tombstone.
  */
 const char *
 EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
@@ -156,6 +167,12 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	}
 	if (attnums[EV_DELETED] == 0)
 		ev->deleted = false;
+	if (attnums[EV_WHERE(p)] != 0)
+	{
+		d = slot_getattr(slot, attnums[EV_WHERE(p)], &isnull);
+		if (isnull || !DatumGetBool(d))
+			ev->deleted = true;
+	}
 	if (attnums[EV_TIME] == 0)
 		ev->event_time = GetCurrentTimestamp();
 	/* a time that is in no window is refused in the state stage */
@@ -187,7 +204,7 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 	Event	   *events;
 	TupleDesc	desc = NULL;
 	TupleTableSlot *slot = NULL;
-	AttrNumber	attnums[EV_MAX_NATTS];
+	AttrNumber	attnums[EV_ATTNUMS];
 
 	if (!type_is_rowtype(elemtype))
 		ereport(ERROR,

@@ -80,6 +80,17 @@ typedef struct DeadLetter
 #define EV_NPARAMS(p)	(EV_NATTS(p) - PIPELINE_FIRST_INPUT_DIM(p))
 #define EV_MAX_NATTS	(EV_DIM0 + EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES + \
 						 EXACTONCE_MAX_DISTINCT)
+/* after the event's columns, the optional EV_WHERE_COLUMN */
+#define EV_WHERE(p)		EV_NATTS(p)
+#define EV_ATTNUMS		(EV_MAX_NATTS + 1)
+
+/*
+ * The boolean column of the queue of a pipeline declared with WHERE
+ * (commands/query.c): generated from the WHERE clause as each row is
+ * inserted.  An event whose WHERE is not true counts as a tombstone of its
+ * key: the latest version of the key is out of the query.
+ */
+#define EV_WHERE_COLUMN	"exactonce_where"
 
 extern void EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums);
 extern const char *EventFromSlot(Pipeline *p, TupleTableSlot *slot,

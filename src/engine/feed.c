@@ -47,7 +47,6 @@
  */
 #include "postgres.h"
 
-#include "catalog/pipeline.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "storage/lmgr.h"
@@ -63,6 +62,7 @@
 #include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/cell.h"
 #include "engine/feed.h"

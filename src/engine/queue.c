@@ -516,7 +516,7 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 {
 	Relation	rel = table_open(p->partitions[pos->rotation % EXACTONCE_PARTITIONS], AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	AttrNumber	attnums[EV_MAX_NATTS];
+	AttrNumber	attnums[EV_ATTNUMS];
 	AttrNumber	id_attnum = IdAttnum(rel);
 	ItemPointerData mintid,
 				maxtid;

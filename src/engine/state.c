@@ -35,7 +35,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pipeline.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
@@ -55,6 +54,7 @@
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/event.h"
 #include "engine/progress.h"
@@ -114,7 +114,7 @@ typedef struct StateWork
 	Relation	seen_index;
 	IndexScanDesc seen_scan;
 	TupleTableSlot *seen_slot;
-	AttrNumber	attnums[EV_MAX_NATTS];	/* latest: event columns */
+	AttrNumber	attnums[EV_ATTNUMS];	/* latest: event columns */
 	AttrNumber	col_version;
 	AttrNumber	col_updated;
 	AttrNumber	col_total;		/* accumulate mode */

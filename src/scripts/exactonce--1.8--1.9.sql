@@ -42,7 +42,7 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_create_pipeline_as'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION exactonce.create_pipeline_as(text, text, text, integer, interval) IS
-	'create a pipeline declared as a query over its events, SELECT <dimensions>, <sum, count, avg, min, max, count(DISTINCT)> FROM stream GROUP BY <dimensions, ROLLUP, CUBE or GROUPING SETS; a window: ROLLUP (date_bin(stride, event_time, origin), ...)>; view "name".result always equals the query over the de-duplicated stream (latest mode: the latest version of each live key; accumulate: each distinct reading)';
+	'create a pipeline declared as a query over its events, SELECT <dimensions>, <sum, count, avg, min, max, count(DISTINCT)> FROM stream [WHERE <built-in expression>, latest mode] GROUP BY <dimensions, ROLLUP, CUBE or GROUPING SETS; a window: ROLLUP (date_bin(stride, event_time, origin), ...)>; view "name".result always equals the query over the de-duplicated stream (latest mode: the latest version of each live key; accumulate: each distinct reading)';
 
 CREATE OR REPLACE VIEW exactonce.pipelines AS
 	SELECT s.*, p.measures, p.min_max, p.distinct_counts, p.window_width, p.allowed_lateness,
