@@ -172,10 +172,12 @@ touch "$DIR/.exactonce-demo"
 
 "${PSQL[@]}" -At >/dev/null <<SQL
 CREATE EXTENSION exactonce;
-SELECT exactonce.create_pipeline('$PIPELINE', ARRAY['risk_type', 'region', 'trade_desk']);
+SELECT exactonce.create_pipeline_as('$PIPELINE', \$q\$
+  SELECT risk_type, region, trade_desk, sum(value) AS total, count(*) AS trades
+    FROM stream GROUP BY ROLLUP (risk_type, region, trade_desk) \$q\$);
 SELECT exactonce.set_feed('$PIPELINE', true);
 SQL
-say "== pipeline $PIPELINE: risk_type > region > trade_desk, with its change feed"
+say "== pipeline $PIPELINE, declared as: SELECT risk_type, region, trade_desk, sum(value) AS total, count(*) AS trades FROM stream GROUP BY ROLLUP (risk_type, region, trade_desk); with its change feed"
 WORKERS=$("${PSQL[@]}" -At -c "SELECT coalesce(current_setting('exactonce.workers', true), '0')")
 if [ "$WORKERS" != 0 ]; then
 	say "== $WORKERS background drain worker(s) per database drain the pipeline as well"
@@ -428,7 +430,7 @@ T_END=$(now)
 declare -A P
 while read -r k v; do P[$k]=$v; done <"$DIR/producer.out"
 
-IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches feed_diff feed_rows feed_changes < <(
+IFS=$'\t' read -r only_agg only_truth agg_cells truth_cells state_diff ingested applied dup stale dead queued staged batches feed_diff feed_rows feed_changes result_diff < <(
 	"${PSQL[@]}" -At -F $'\t' <<SQL
 WITH agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM $PIPELINE.aggregates),
      tru AS (SELECT risk_type, region, trade_desk, level, total, keys FROM demo.truth)
@@ -447,7 +449,11 @@ SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM tru) x)
           (SELECT level, risk_type, region, trade_desk, sum(new_total - old_total), sum(new_keys - old_keys)
              FROM $PIPELINE.feed GROUP BY 1, 2, 3, 4 HAVING sum(new_keys - old_keys) <> 0
            EXCEPT ALL SELECT level, risk_type, region, trade_desk, total, keys FROM $PIPELINE.aggregates)) f),
-       (SELECT count(*) FROM $PIPELINE.feed), (SELECT coalesce(max(seq), 0) FROM $PIPELINE.feed)
+       (SELECT count(*) FROM $PIPELINE.feed), (SELECT coalesce(max(seq), 0) FROM $PIPELINE.feed),
+       (SELECT count(*) FROM (
+          (SELECT * FROM $PIPELINE.result EXCEPT ALL SELECT risk_type, region, trade_desk, total, keys FROM demo.truth)
+          UNION ALL
+          (SELECT risk_type, region, trade_desk, total, keys FROM demo.truth EXCEPT ALL SELECT * FROM $PIPELINE.result)) r)
   FROM exactonce.pipelines p WHERE p.name = '$PIPELINE';
 SQL
 )
@@ -460,6 +466,7 @@ fails=()
 [ "$only_agg" = 0 ] && [ "$only_truth" = 0 ] ||
 	fails+=("aggregates differ from the producer's truth: $only_agg rows only in $PIPELINE.aggregates, $only_truth only in demo.truth")
 [ "$state_diff" = 0 ] || fails+=("$state_diff keys of $PIPELINE.state differ from the producer's latest versions")
+[ "$result_diff" = 0 ] || fails+=("$result_diff rows of $PIPELINE.result, the declared query, differ from the producer's truth")
 [ "$ingested" = $((applied + dup + stale + dead)) ] ||
 	fails+=("ingested $ingested != applied + duplicates + stale + dead_lettered = $((applied + dup + stale + dead))")
 [ "$ingested" = "$sent" ] || fails+=("ingested $ingested != $sent events sent")
@@ -493,7 +500,7 @@ say "   $(th "${P[duplicates]}") exact duplicates, $(th "${P[stale_resends]}") l
 say "== the pipeline took them through state, map and reduce in $(th "$batches") batches, $((flushes + 1)) flushes ($ferrors rolled back)"
 say "   stream to exact aggregates: $(secs "$T_START" "$T_END") s, $(th "$(rate "$sent" "$T_START" "$T_END")") events/s end to end; total wall time $(secs "$T_BEGIN" "$T_END") s"
 say "   ingested $(th "$ingested") = applied $(th "$applied") + duplicates $(th "$dup") + stale $(th "$stale") + dead-lettered $(th "$dead")"
-say "   aggregates: $(th "$agg_cells") cells, the producer's truth: $(th "$truth_cells") cells; differing: $((only_agg + only_truth))"
+say "   aggregates: $(th "$agg_cells") cells, the producer's truth: $(th "$truth_cells") cells; differing: $((only_agg + only_truth)); $PIPELINE.result, the declared query, differing: $result_diff"
 say "   change feed: $(th "$feed_changes") changes, folded where every consumer read them into $(th "$feed_rows") rows; replayed from the start, they differ from the aggregates in $feed_diff cells"
 say ""
 "${PSQL[@]}" -At <<SQL
