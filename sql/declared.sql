@@ -56,6 +56,14 @@ CREATE VIEW latest_stream AS
 	WHERE NOT deleted;
 CREATE VIEW readings AS SELECT DISTINCT ON (key, version) * FROM sent ORDER BY key, version;
 
+CREATE FUNCTION pg_temp.verr(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM exactonce.create_view_as('r1', 'bad', q);
+	RETURN 'created';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
 -- 1. latest mode, a rollup with every aggregate kept
 TRUNCATE sent;
 CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
@@ -79,6 +87,24 @@ SELECT send('r1', 'risk_type, region, desk, qty, cp', 5, true);
 SELECT count(*) AS differing FROM (
 	(SELECT * FROM r1.result EXCEPT ALL :q)
 	UNION ALL (:q EXCEPT ALL SELECT * FROM r1.result)) d;
+-- a view of the same pipeline declared as a query: a plain GROUP BY of its
+-- dimensions, a WHERE over them, aggregates it keeps
+\set qv 'SELECT desk, sum(value) AS total, count(*) AS n, avg(qty) AS avg_qty, max(value) AS top, min(qty) FROM stream WHERE region <> ''APAC'' GROUP BY desk'
+SELECT exactonce.create_view_as('r1', 'desks', :'qv');
+SELECT views FROM exactonce.pipelines WHERE name = 'r1';
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r1.desks EXCEPT ALL :qv) UNION ALL (:qv EXCEPT ALL SELECT * FROM r1.desks)) d;
+SELECT send('r1', 'risk_type, region, desk, qty, cp', 6, true);
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r1.desks EXCEPT ALL :qv) UNION ALL (:qv EXCEPT ALL SELECT * FROM r1.desks)) d;
+SELECT pg_temp.verr(q) FROM unnest(ARRAY[
+	'SELECT desk, count(DISTINCT cp) FROM stream GROUP BY desk',
+	'SELECT desk, count(*) FROM stream GROUP BY ROLLUP (desk)',
+	'SELECT book, count(*) FROM stream GROUP BY book',
+	'SELECT desk, sum(fee) FROM stream GROUP BY desk',
+	'SELECT desk, count(*) FROM stream WHERE qty > 1 GROUP BY desk',
+	'SELECT desk, count(*) FROM stream WHERE book = ''x'' GROUP BY desk'
+]) q;
 -- every key dropped: the query over no events still has its grand total row
 TRUNCATE sent;
 INSERT INTO r1.ingest (key, version, value, risk_type, region, desk, deleted)

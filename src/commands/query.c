@@ -42,6 +42,12 @@
  * A column that only the WHERE names is added to the queue as text.  Not
  * yet: FILTER, HAVING, expressions as keys or inside aggregates.
  *
+ * create_view_as() declares a view of an existing pipeline the same way:
+ * a plain GROUP BY of the pipeline's dimensions, aggregates it keeps, a
+ * WHERE over its dimensions.  It is create_view (view.c) under the name
+ * <name>_cells, which sums the cells of the smallest grouping that has the
+ * dimensions, and view <name> over it with the query's columns.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -65,8 +71,10 @@
 #include "engine/event.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline_as);
+PG_FUNCTION_INFO_V1(exactonce_create_view_as);
 
 extern Datum exactonce_create_pipeline(PG_FUNCTION_ARGS);
+extern Datum exactonce_create_view(PG_FUNCTION_ARGS);
 
 #define QUERY_MAX_COLUMNS	64
 
@@ -833,6 +841,123 @@ exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
 		PipelineRegistryExec("UPDATE exactonce.pipeline SET query = $2 WHERE name OPERATOR(pg_catalog.=) $1",
 							 2, types, values, 1);
 	}
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * QueryRefuseInView reports what a view of pipeline p cannot be declared with.
+ */
+static void
+QueryRefuseInView(Pipeline *p, const char *what, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s is not supported in a view of pipeline \"%s\" declared as a query", what, p->name),
+			 errhint("%s", hint)));
+}
+
+/*
+ * InNames tells whether name is one of n names.
+ */
+static bool
+InNames(char **names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * exactonce_create_view_as creates view <name> of a pipeline from a query
+ * over its stream: create_view under <name>_cells, and the query's columns
+ * over it.
+ */
+Datum
+exactonce_create_view_as(PG_FUNCTION_ARGS)
+{
+	LOCAL_FCINFO(create, 4);
+	QueryPlan  *plan = palloc0(sizeof(QueryPlan));
+	char	   *pipeline;
+	char	   *name;
+	char	   *query;
+	char	   *cells;
+	Pipeline   *p;
+	StringInfoData sql;
+	int			nestlevel;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline, name and query of a view must not be NULL")));
+	pipeline = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	query = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strlen(name) == 0 || strlen(name) + strlen("_cells") >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid view name \"%s\"", name),
+				 errdetail("A view declared as a query has 1 to %d characters.",
+						   (int) (NAMEDATALEN - 1 - strlen("_cells")))));
+	cells = psprintf("%s_cells", name);
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = PipelineLoad(pipeline, true);
+	QueryPlanOf(plan, query, true);
+	if (plan->window != NULL)
+		QueryRefuseInView(p, "a window", "Group the pipeline's windows with create_view and a key over window_start.");
+	if (plan->has_empty_set || strchr(plan->grouping.data, ')') != plan->grouping.data + plan->grouping.len - 1 ||
+		plan->grouping.data[0] != '(')
+		QueryRefuseInView(p, "ROLLUP, CUBE or GROUPING SETS", "Group a view by a list of the pipeline's dimensions.");
+	if (plan->ndistinct > 0)
+		QueryRefuseInView(p, "count(DISTINCT)", "Distinct counts do not add up across cells: read them from the pipeline's result.");
+	for (int i = 0; i < plan->ndims; i++)
+		if (!InNames(p->dims, p->ndims, plan->dims[i]))
+			QueryRefuseInView(p, psprintf("grouping by \"%s\"", plan->dims[i]), "Group by dimensions the pipeline keeps.");
+	for (int i = 0; i < plan->nmeasures; i++)
+		if (!InNames(p->measures, p->nmeasures, plan->measures[i]))
+			QueryRefuseInView(p, psprintf("measure \"%s\"", plan->measures[i]), "Aggregate value or a measure the pipeline keeps.");
+	for (int i = 0; i < plan->nminmax; i++)
+	{
+		bool		kept = false;
+
+		for (int m = 0; m <= p->nmeasures; m++)
+			kept |= p->min_max[m] && strcmp(PipelineExtremumName(p, m), plan->minmax[i]) == 0;
+		if (!kept)
+			QueryRefuseInView(p, psprintf("min or max of \"%s\"", plan->minmax[i]), "The pipeline keeps min and max only of its min_max columns.");
+	}
+	for (int i = 0; i < plan->nextra; i++)
+		if (!InNames(p->dims, p->ndims, plan->extra[i]))
+			QueryRefuseInView(p, psprintf("column \"%s\" in WHERE", plan->extra[i]), "Filter a view on the pipeline's dimensions.");
+
+	InitFunctionCallInfoData(*create, NULL, 4, InvalidOid, NULL, NULL);
+	create->args[0].value = PG_GETARG_DATUM(0);
+	create->args[0].isnull = false;
+	create->args[1].value = CStringGetTextDatum(cells);
+	create->args[1].isnull = false;
+	create->args[2].value = TextArrayOf(plan->dims, plan->ndims);
+	create->args[2].isnull = false;
+	create->args[3].value = plan->where ? CStringGetTextDatum(plan->where) : (Datum) 0;
+	create->args[3].isnull = plan->where == NULL;
+	(void) exactonce_create_view(create);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE VIEW %s.%s AS SELECT ", quote_identifier(p->name), quote_identifier(name));
+	for (int i = 0; i < plan->ncols; i++)
+		appendStringInfo(&sql, "%s%s AS %s", i > 0 ? ", " : "", plan->cols[i].expr,
+						 quote_identifier(plan->cols[i].name));
+	appendStringInfo(&sql, " FROM %s.%s;\nCOMMENT ON VIEW %s.%s IS %s;\n",
+					 quote_identifier(p->name), quote_identifier(cells),
+					 quote_identifier(p->name), quote_identifier(name),
+					 quote_literal_cstr(psprintf("exactonce view of %s, the query %s over its de-duplicated stream",
+												 p->name, query)));
+	PipelineActAsOwner(p);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not create view \"%s\" of pipeline \"%s\"", name, p->name);
+	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_VOID();

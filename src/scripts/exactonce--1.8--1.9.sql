@@ -60,3 +60,10 @@ CREATE OR REPLACE VIEW exactonce.pipelines AS
 	JOIN exactonce.pipeline p ON p.name OPERATOR(pg_catalog.=) s.name;
 COMMENT ON VIEW exactonce.pipelines IS
 	'one row per pipeline: mode, paused, queue depth and lag, counters (ingested = applied + duplicates + stale + dead_lettered), batches, worker pid (of shard 0) and state, insert-to-aggregate latency p50 and p99 of the last 100 batches per worker, last error, number of shards, measures, those with min and max, the columns counted distinct, the windows, the grouping sets, the views create_view made, whether it has a change feed, its retention horizon, how many consumers of its feed were invalidated for lagging, and the query it was declared as';
+
+CREATE FUNCTION exactonce.create_view_as(pipeline text, name text, query text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_create_view_as'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.create_view_as(text, text, text) IS
+	'create view "pipeline".name declared as a query over the pipeline''s events, SELECT <dimensions>, <sum, count, avg, min, max of what the pipeline keeps> FROM stream [WHERE <dimensions only>] GROUP BY <dimensions>: it always equals the query over the de-duplicated stream; it reads the pipeline''s cells through view name_cells (create_view)';

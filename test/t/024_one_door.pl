@@ -689,6 +689,8 @@ sub arg_sql
 			state => '{}',
 			seen => '{}',
 			dead_letters => '{}');
+		return (lit("SELECT $dims[0], count(*), sum(value) FROM stream GROUP BY $dims[0]") . '::text', 0)
+		  if $arg eq 'query' && $fn eq 'create_view_as';
 		return (lit("SELECT $dims[0], count(*), sum(value), min(value) FROM stream GROUP BY ROLLUP ($dims[0])")
 			  . '::text', 0)
 		  if $arg eq 'query';
