@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "funcapi.h"
@@ -246,6 +247,8 @@ EventsFromArray(Pipeline *p, ArrayType *arr, int *nevents)
 											   HeapTupleHeaderGetTypMod(rec));
 			slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
 			EventAttnums(p, desc, attnums);
+			/* only the queue's INSERT computes a WHERE; a caller's is ignored */
+			attnums[EV_WHERE(p)] = 0;
 		}
 		tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
 		ItemPointerSetInvalid(&tuple.t_self);
@@ -417,4 +420,45 @@ EventDeadLetters(Pipeline *p, DeadLetter *dl, int n)
 	types[EV_NPARAMS(p)] = TEXTARRAYOID;
 	StatementExec(StatementPrepare(p, BuildDeadLetter, EV_NPARAMS(p) + 1, types),
 				  values, NULL, n);
+}
+
+/*
+ * EventCheckWhere refuses events that do not reach the queue's INSERT whole,
+ * for a pipeline declared with a WHERE: only that INSERT computes
+ * EV_WHERE_COLUMN, from every column of the row.  Events from a caller's
+ * array applied straight to state (into_queue false) never get it; events
+ * inserted by ingest() (into_queue) carry only the event's columns, so a
+ * column the WHERE may read beyond those would be NULL and the event
+ * silently out.  Either is refused rather than counted wrong.
+ */
+void
+EventCheckWhere(Pipeline *p, bool into_queue, const char *what)
+{
+	Relation	rel = table_open(p->ingest, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	attnums[EV_ATTNUMS];
+	const char *missing = NULL;
+
+	EventAttnums(p, desc, attnums);
+	for (int a = 0; attnums[EV_WHERE(p)] != 0 && a < desc->natts && missing == NULL; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		bool		event_column = false;
+
+		for (int i = 0; i < EV_NATTS(p); i++)
+			event_column |= attnums[i] == att->attnum;
+		if (!att->attisdropped && !att->attgenerated && !event_column &&
+			strcmp(NameStr(att->attname), "ingest_slot") != 0 &&
+			strcmp(NameStr(att->attname), "ingest_id") != 0)
+			missing = pstrdup(NameStr(att->attname));
+	}
+	if (attnums[EV_WHERE(p)] != 0 && (!into_queue || missing != NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s takes no events for pipeline \"%s\", which is declared with a WHERE", what, p->name),
+				 into_queue ?
+				 errdetail("Its queue has column \"%s\", which the WHERE may read and %s does not send.", missing, what) :
+				 errdetail("Only an INSERT into its queue computes the WHERE of an event."),
+				 errhint("INSERT or COPY the events into %s.ingest.", quote_identifier(p->name))));
+	table_close(rel, AccessShareLock);
 }
