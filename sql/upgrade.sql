@@ -121,6 +121,8 @@ SELECT exactonce.drop_pipeline('renamed', true);
 -- 1.9: a pipeline created without shards gets one per drain worker of its
 -- database (none here, so 2)
 SELECT pg_get_function_arguments('exactonce.create_pipeline(text,text[],text,integer,text[],text[],text[],interval,interval,text)'::regprocedure) LIKE '%shards integer DEFAULT NULL::integer%' AS shards_default_null;
+-- 1.10: a running pipeline declared anew by a query
+SELECT 'exactonce.alter_pipeline_as(text,text)'::regprocedure;
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE regress_upgrade_owner;
 SELECT exactonce.flush('old');

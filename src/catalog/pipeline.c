@@ -522,25 +522,33 @@ PipelineLoadById(int32 id, uint32 tables)
 }
 
 /*
- * PipelineShards returns the number of shards pipeline id has now, as last
- * committed, or 0 if it is gone.
+ * PipelineIsCurrent tells whether p, loaded earlier in the transaction, is
+ * the pipeline's definition as last committed: its shards and its cells.
+ * set_shards() and alter_pipeline_as() change them while they hold every
+ * shard row, so whoever got a shard row after loading p must look again
+ * before cutting keys or cells by it.
  */
-int
-PipelineShards(int32 id)
+bool
+PipelineIsCurrent(Pipeline *p)
 {
 	static const Oid types[1] = {INT4OID};
 	SPIPlanPtr	plan;
-	Datum		values[1] = {Int32GetDatum(id)};
-	bool		isnull;
+	Datum		values[1] = {Int32GetDatum(p->id)};
+	Pipeline   *now;
 
-	plan = StatementPrepareFixed("SELECT shards FROM exactonce.pipeline WHERE id OPERATOR(pg_catalog.=) $1",
+	plan = StatementPrepareFixed("SELECT " PIPELINE_COLUMNS " FROM exactonce.pipeline"
+								 " WHERE id OPERATOR(pg_catalog.=) $1",
 								 1, types);
 	/* not read-only: the query takes a snapshot of its own, not the step's */
 	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed == 0)
-		return 0;
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		return false;
+	now = PipelineDefinition(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	return now->nshards == p->nshards && now->rollup == p->rollup && now->nsets == p->nsets &&
+		memcmp(now->sets, p->sets, sizeof(uint32) * p->nsets) == 0 &&
+		now->nmeasures == p->nmeasures && now->ndistinct == p->ndistinct &&
+		memcmp(now->min_max, p->min_max, sizeof(p->min_max)) == 0;
 }
 
 /*

@@ -19,7 +19,7 @@ extern Pipeline *PipelineLoadDefinition(const char *name);
 extern void PipelineActAsOwner(Pipeline *p);
 extern void PipelineActAsCaller(Pipeline *p);
 extern List *PipelineListIds(List **shards);
-extern int	PipelineShards(int32 id);
+extern bool PipelineIsCurrent(Pipeline *p);
 extern void PipelineRequireReadCommitted(const char *what);
 extern TimestampTz PipelineWindowStartTime(Pipeline *p, TimestampTz t);
 extern Datum PipelineWindowStart(Pipeline *p, TimestampTz t);

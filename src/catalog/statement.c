@@ -30,6 +30,7 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "parser/parser.h"
 #include "utils/array.h"
@@ -49,6 +50,7 @@ typedef struct StatementKey
 	int32		pipeline_id;
 	const void *id;				/* the StatementBuilder, or the SQL text */
 	int32		level;			/* for a StatementLevelBuilder */
+	uint32		cells;			/* the pipeline's cells (StatementCellsHash) */
 } StatementKey;
 
 typedef struct StatementEntry
@@ -136,6 +138,20 @@ StatementKept(StatementKey *key, const char *sql, Pipeline *p,
 }
 
 /*
+ * StatementCellsHash hashes what a pipeline's cells are made of, which
+ * alter_pipeline_as() changes: statements built for other cells are other
+ * statements.
+ */
+static uint32
+StatementCellsHash(Pipeline *p)
+{
+	uint32		h = hash_bytes((const unsigned char *) p->sets, sizeof(uint32) * p->nsets);
+
+	h = hash_combine(h, hash_bytes((const unsigned char *) p->min_max, sizeof(p->min_max)));
+	return hash_combine(h, (uint32) p->rollup);
+}
+
+/*
  * StatementPrepare returns the kept plan of the statement that build makes
  * for pipeline p.
  */
@@ -150,6 +166,7 @@ StatementPrepare(Pipeline *p, StatementBuilder build, int nargs, Oid *argtypes)
 	key.nspid = p->nspid;
 	key.pipeline_id = p->id;
 	key.id = (const void *) build;
+	key.cells = StatementCellsHash(p);
 	return StatementKept(&key, NULL, p, build, NULL, nargs, argtypes);
 }
 
@@ -169,6 +186,7 @@ StatementPrepareLevel(Pipeline *p, StatementLevelBuilder build, int level, int n
 	key.pipeline_id = p->id;
 	key.id = (const void *) build;
 	key.level = level;
+	key.cells = StatementCellsHash(p);
 	return StatementKept(&key, NULL, p, NULL, build, nargs, argtypes);
 }
 

@@ -69,46 +69,13 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/event.h"
+#include "commands/query.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline_as);
 PG_FUNCTION_INFO_V1(exactonce_create_view_as);
 
 extern Datum exactonce_create_pipeline(PG_FUNCTION_ARGS);
 extern Datum exactonce_create_view(PG_FUNCTION_ARGS);
-
-#define QUERY_MAX_COLUMNS	64
-
-/* One column of the query: its name, and its SQL over <name>.aggregates. */
-typedef struct QueryColumn
-{
-	const char *name;
-	char	   *expr;			/* over the aggregates row */
-	const char *empty;			/* in the row of the empty grouping set over
-								 * no events */
-	const char *comment;		/* how it is computed */
-} QueryColumn;
-
-/* A query taken apart into what create_pipeline takes. */
-typedef struct QueryPlan
-{
-	int			ndims;
-	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
-	int			nmeasures;
-	char	   *measures[EXACTONCE_MAX_MEASURES];
-	int			nminmax;
-	char	   *minmax[1 + EXACTONCE_MAX_MEASURES];
-	int			ndistinct;
-	char	   *distincts[EXACTONCE_MAX_DISTINCT];
-	char	   *where;			/* the text of the WHERE clause, or NULL */
-	int			nextra;			/* columns WHERE alone names, made text */
-	char	   *extra[EXACTONCE_MAX_DIMENSIONS];
-	Node	   *window;			/* the date_bin() call, or NULL */
-	Datum		width;			/* its stride, an interval */
-	StringInfoData grouping;	/* grouping_sets, as create_pipeline takes */
-	bool		has_empty_set;	/* the grouping sets include () */
-	int			ncols;
-	QueryColumn cols[QUERY_MAX_COLUMNS];
-} QueryPlan;
 
 /* columns of every stream, which are no dimension */
 static const char *const stream_columns[] = {"key", "version", "value", "deleted", "event_time"};
@@ -666,9 +633,82 @@ WhereText(const char *query)
 }
 
 /*
+ * WhereClause parses the text of a WHERE clause.
+ */
+static Node *
+WhereClause(const char *where)
+{
+	List	   *raw = raw_parser(psprintf("SELECT WHERE %s", where), RAW_PARSE_DEFAULT);
+
+	return ((SelectStmt *) linitial_node(RawStmt, raw)->stmt)->whereClause;
+}
+
+/*
+ * QueryConjuncts cuts the text of a WHERE clause at its ANDs of depth 0, as
+ * PostgreSQL's own scanner finds them, into the texts of the conditions
+ * ANDed; where that is not how the clause parses (an OR beside the ANDs,
+ * a BETWEEN) the clause is one condition.  Each condition comes with its
+ * parse tree, for equal(), in *nodes.
+ */
+List *
+QueryConjuncts(const char *where, List **nodes)
+{
+	core_yy_extra_type yyextra;
+	core_yyscan_t scanner = scanner_init(where, &yyextra, &ScanKeywords, ScanKeywordTokens);
+	core_YYSTYPE yylval;
+	YYLTYPE		yylloc;
+	int			depth = 0;
+	int			start = 0;
+	bool		between = false;
+	List	   *texts = NIL;
+	Node	   *whole = WhereClause(where);
+	List	   *args;
+	ListCell   *lc;
+
+	for (;;)
+	{
+		int			tok = core_yylex(&yylval, &yylloc, scanner);
+
+		if (tok == 0)
+			break;
+		if (tok == '(' || tok == '[')
+			depth++;
+		else if (tok == ')' || tok == ']')
+			depth--;
+		else if (depth == 0 && tok == BETWEEN)
+			between = true;
+		else if (depth == 0 && tok == AND)
+		{
+			texts = lappend(texts, pnstrdup(where + start, yylloc - start));
+			start = yylloc + strlen("and");
+		}
+	}
+	scanner_finish(scanner);
+	texts = lappend(texts, pstrdup(where + start));
+	args = IsA(whole, BoolExpr) && ((BoolExpr *) whole)->boolop == AND_EXPR ?
+		((BoolExpr *) whole)->args : list_make1(whole);
+	*nodes = NIL;
+	if (!between && list_length(texts) == list_length(args))
+	{
+		foreach(lc, texts)
+		{
+			Node	   *node = WhereClause(lfirst(lc));
+
+			if (!equal(node, list_nth(args, foreach_current_index(lc))))
+				break;
+			*nodes = lappend(*nodes, node);
+		}
+		if (list_length(*nodes) == list_length(texts))
+			return texts;
+	}
+	*nodes = list_make1(whole);
+	return list_make1(pstrdup(where));
+}
+
+/*
  * QueryPlanOf takes a query apart, or refuses it.
  */
-static void
+void
 QueryPlanOf(QueryPlan *plan, const char *query, bool latest)
 {
 	List	   *raw = raw_parser(query, RAW_PARSE_DEFAULT);
@@ -713,14 +753,15 @@ QueryPlanOf(QueryPlan *plan, const char *query, bool latest)
 						"Send only the readings the pipeline is for, or declare it in latest mode.");
 		(void) WhereColumns(sel->whereClause, &w);
 		plan->where = WhereText(query);
+		plan->where_node = sel->whereClause;
 	}
 }
 
 /*
  * TextArrayOf makes a text[] of n names.
  */
-static Datum
-TextArrayOf(char **names, int n)
+Datum
+QueryTextArray(char **names, int n)
 {
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 
@@ -730,12 +771,12 @@ TextArrayOf(char **names, int n)
 }
 
 /*
- * BuildResultView is the DDL of view <name>.result: the query's columns
+ * QueryResultView is the DDL of view <name>.result: the query's columns
  * over the aggregates, and the row the empty grouping set has over no
  * events when there is none.
  */
-static char *
-BuildResultView(QueryPlan *plan, const char *name, const char *query)
+char *
+QueryResultView(QueryPlan *plan, const char *name, const char *query)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(name);
@@ -746,6 +787,8 @@ BuildResultView(QueryPlan *plan, const char *name, const char *query)
 		appendStringInfo(&sql, "%s%s AS %s", i > 0 ? ", " : "", plan->cols[i].expr,
 						 quote_identifier(plan->cols[i].name));
 	appendStringInfo(&sql, " FROM %s.aggregates", s);
+	if (plan->only_sets != NULL)
+		appendStringInfo(&sql, " WHERE %s", plan->only_sets);
 	if (plan->has_empty_set)
 	{
 		appendStringInfoString(&sql, " UNION ALL SELECT ");
@@ -763,13 +806,13 @@ BuildResultView(QueryPlan *plan, const char *name, const char *query)
 }
 
 /*
- * AddWhereColumn gives the queue the columns only the WHERE names (text)
+ * QueryAddWhere gives the queue the columns only the WHERE names (text)
  * and the boolean column generated from the WHERE, as the calling role,
  * with search_path pg_catalog alone: the expression, which runs in every
  * producer's INSERT, can reach built-in objects only.
  */
-static void
-AddWhereColumn(QueryPlan *plan, const char *name)
+void
+QueryAddWhere(QueryPlan *plan, const char *name)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(name);
@@ -815,13 +858,13 @@ exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
 	for (int i = 0; i < 10; i++)
 		create->args[i].isnull = false;
 	create->args[0].value = PG_GETARG_DATUM(0);
-	create->args[1].value = TextArrayOf(plan->dims, plan->ndims);
+	create->args[1].value = QueryTextArray(plan->dims, plan->ndims);
 	create->args[2].value = PG_GETARG_DATUM(2);
 	create->args[3].value = PG_GETARG_DATUM(3);
 	create->args[3].isnull = PG_ARGISNULL(3);
-	create->args[4].value = TextArrayOf(plan->measures, plan->nmeasures);
-	create->args[5].value = TextArrayOf(plan->minmax, plan->nminmax);
-	create->args[6].value = TextArrayOf(plan->distincts, plan->ndistinct);
+	create->args[4].value = QueryTextArray(plan->measures, plan->nmeasures);
+	create->args[5].value = QueryTextArray(plan->minmax, plan->nminmax);
+	create->args[6].value = QueryTextArray(plan->distincts, plan->ndistinct);
 	create->args[7].value = plan->width;
 	create->args[7].isnull = plan->window == NULL;
 	create->args[8].value = PG_GETARG_DATUM(4);
@@ -830,9 +873,9 @@ exactonce_create_pipeline_as(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	if (plan->where != NULL)
-		AddWhereColumn(plan, name);
+		QueryAddWhere(plan, name);
 	nestlevel = StatementPinSearchPath();
-	if (SPI_execute(BuildResultView(plan, name, query), false, 0) != SPI_OK_UTILITY)
+	if (SPI_execute(QueryResultView(plan, name, query), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the result view of pipeline \"%s\"", name);
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
@@ -938,7 +981,7 @@ exactonce_create_view_as(PG_FUNCTION_ARGS)
 	create->args[0].isnull = false;
 	create->args[1].value = CStringGetTextDatum(cells);
 	create->args[1].isnull = false;
-	create->args[2].value = TextArrayOf(plan->dims, plan->ndims);
+	create->args[2].value = QueryTextArray(plan->dims, plan->ndims);
 	create->args[2].isnull = false;
 	create->args[3].value = plan->where ? CStringGetTextDatum(plan->where) : (Datum) 0;
 	create->args[3].isnull = plan->where == NULL;

@@ -628,12 +628,12 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		return r;
 
 	/*
-	 * set_shards() holds every shard row until it commits: with this one
-	 * locked, the registry read now is the last word on the number of shards,
-	 * which the pipeline loaded before may not have seen.  Keys must not be
-	 * cut two ways at once.
+	 * set_shards() and alter_pipeline_as() hold every shard row until they
+	 * commit: with this one locked, the registry read now is the last word on
+	 * the shards and the cells, which the pipeline loaded before may not have
+	 * seen.  Keys must not be cut two ways at once, nor cells.
 	 */
-	if (PipelineShards(p->id) != p->nshards)
+	if (!PipelineIsCurrent(p))
 	{
 		r.worked = true;
 		return r;

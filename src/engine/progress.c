@@ -33,6 +33,7 @@
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 
+#include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/progress.h"
 #include "utils/wake.h"
@@ -348,7 +349,8 @@ ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 take
  * (NULL: not wanted), then the progress row, until the end of the
  * transaction: it waits for the batches in progress and keeps the workers
  * out.  Shards first and in order, as the workers take them, so that the two
- * never deadlock.
+ * never deadlock.  If the definition changed while this waited, the caller
+ * would cut keys or cells by the old one: that is an error to retry.
  */
 void
 ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
@@ -357,5 +359,11 @@ ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
 	QueuePosition positions[EXACTONCE_MAX_SHARDS];
 
 	ProgressShardsRead(p, true, shards ? shards : positions);
+	if (!PipelineIsCurrent(p))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("pipeline \"%s\" was changed while this waited for it", p->name),
+				 errdetail("set_shards() or alter_pipeline_as() committed a new definition."),
+				 errhint("Run it again.")));
 	ProgressLock(p, rotation, drain_rotation, paused);
 }

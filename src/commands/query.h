@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ *
+ * query.h
+ *		A pipeline's query taken apart (query.c), for create_pipeline_as()
+ *		and alter_pipeline_as() (alter.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_QUERY_H
+#define EXACTONCE_QUERY_H
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+
+#include "exactonce.h"
+
+#define QUERY_MAX_COLUMNS	64
+
+/* One column of the query: its name, and its SQL over <name>.aggregates. */
+typedef struct QueryColumn
+{
+	const char *name;
+	char	   *expr;			/* over the aggregates row */
+	const char *empty;			/* in the row of the empty grouping set over
+								 * no events */
+	const char *comment;		/* how it is computed */
+} QueryColumn;
+
+/* A query taken apart into what create_pipeline takes. */
+typedef struct QueryPlan
+{
+	int			ndims;
+	char	   *dims[EXACTONCE_MAX_DIMENSIONS];
+	int			nmeasures;
+	char	   *measures[EXACTONCE_MAX_MEASURES];
+	int			nminmax;
+	char	   *minmax[1 + EXACTONCE_MAX_MEASURES];
+	int			ndistinct;
+	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	char	   *where;			/* the text of the WHERE clause, or NULL */
+	Node	   *where_node;		/* ... as parsed */
+	int			nextra;			/* columns WHERE alone names, made text */
+	char	   *extra[EXACTONCE_MAX_DIMENSIONS];
+	Node	   *window;			/* the date_bin() call, or NULL */
+	Datum		width;			/* its stride, an interval */
+	StringInfoData grouping;	/* grouping_sets, as create_pipeline takes */
+	bool		has_empty_set;	/* the grouping sets include () */
+	int			ncols;
+	QueryColumn cols[QUERY_MAX_COLUMNS];
+	const char *only_sets;		/* the result's cells, where the pipeline
+								 * keeps more groupings than the query has */
+} QueryPlan;
+
+extern List *QueryConjuncts(const char *where, List **nodes);
+extern void QueryPlanOf(QueryPlan *plan, const char *query, bool latest);
+extern char *QueryResultView(QueryPlan *plan, const char *name, const char *query);
+extern void QueryAddWhere(QueryPlan *plan, const char *name);
+extern Datum QueryTextArray(char **names, int n);
+
+#endif							/* EXACTONCE_QUERY_H */
