@@ -110,6 +110,7 @@ SELECT pg_temp.verr(q) FROM unnest(ARRAY[
 	'SELECT book, count(*) FROM stream GROUP BY book',
 	'SELECT desk, sum(fee) FROM stream GROUP BY desk',
 	'SELECT desk, count(*) FROM stream WHERE qty > 1 GROUP BY desk',
+	'SELECT desk, count(*) FILTER (WHERE value > 0) FROM stream GROUP BY desk',
 	'SELECT desk, count(*) FROM stream WHERE book = ''x'' GROUP BY desk'
 ]) q;
 -- every key dropped: the query over no events still has its grand total row
@@ -277,6 +278,28 @@ SELECT pg_temp.aerr(q, 'r7') FROM unnest(ARRAY[
 SELECT pg_temp.differing(:'q7d');
 DROP VIEW stream;
 
+-- 8. FILTER, expressions as keys and inside aggregates: columns the queue
+-- computes from each event; in latest mode and in accumulate mode
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
+\set q8 'SELECT lower(region) AS reg, desk, sum(value) AS total, count(*) FILTER (WHERE value > 1) AS big, sum(value) FILTER (WHERE book <> ''test'') AS live, max(qty * 2) AS top2, avg(qty) FILTER (WHERE value > 0) AS avg_qty, count(DISTINCT cp) FILTER (WHERE value > 0) AS cps FROM stream GROUP BY ROLLUP (lower(region), desk)'
+SELECT exactonce.create_pipeline_as('r8', :'q8');
+SELECT attname, attgenerated FROM pg_attribute WHERE attrelid = 'r8.ingest'::regclass AND attname LIKE 'exactonce\_%' ORDER BY attnum;
+SELECT send('r8', 'region, desk, qty, cp, book', c, true) FROM generate_series(1, 3) c;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r8.result EXCEPT ALL :q8) UNION ALL (:q8 EXCEPT ALL SELECT * FROM r8.result)) d;
+SELECT pg_temp.stage_err($$SELECT exactonce.ingest('r8', 'src',
+	ARRAY[(SELECT r FROM (SELECT 'z1' AS key, 1::bigint AS version, 5.00 AS value) r)], ARRAY[1::bigint])$$);
+DROP VIEW stream;
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM readings;
+\set q9 'SELECT desk || ''/'' || region AS place, count(*) AS n, sum(value) FILTER (WHERE qty IS NOT NULL) AS with_qty, min(value - 1) AS low FROM stream GROUP BY 1'
+SELECT exactonce.create_pipeline_as('r9', :'q9', mode => 'accumulate');
+SELECT send('r9', 'region, desk, qty', c, false) FROM generate_series(1, 3) c;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r9.result EXCEPT ALL :q9) UNION ALL (:q9 EXCEPT ALL SELECT * FROM r9.result)) d;
+DROP VIEW stream;
+
 -- what a pipeline cannot keep exactly is refused, naming the construct
 CREATE FUNCTION pg_temp.err(q text, m text DEFAULT 'latest') RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -290,12 +313,12 @@ SELECT pg_temp.err(q) FROM unnest(ARRAY[
 	'SELECT region, count(*) FROM stream WHERE event_time > now() GROUP BY region',
 	'SELECT region, count(*) FROM stream WHERE public.lower(region) = ''x'' GROUP BY region',
 	'SELECT region, count(*) FROM stream WHERE value > (SELECT 1) GROUP BY region',
-	'SELECT region, count(*) FILTER (WHERE value > 0) FROM stream GROUP BY region',
+	'SELECT region, count(*) FILTER (WHERE s.value > 0) FROM stream s GROUP BY region',
 	'SELECT region, count(*) FROM stream GROUP BY region HAVING count(*) > 1',
 	'SELECT region, count(*) FROM stream JOIN other USING (key) GROUP BY region',
 	'SELECT region, count(*) FROM trades GROUP BY region',
-	'SELECT lower(region), count(*) FROM stream GROUP BY lower(region)',
-	'SELECT region, sum(value * 2) FROM stream GROUP BY region',
+	'SELECT lower(region) r, count(*) FROM stream GROUP BY 1',
+	'SELECT region, sum(value * 2, 1) FROM stream GROUP BY region',
 	'SELECT region, stddev(value) FROM stream GROUP BY region',
 	'SELECT region, min(value), min(qty) FROM stream GROUP BY region',
 	'SELECT region, count(*) FROM stream',
@@ -315,7 +338,7 @@ SELECT pg_temp.err(q) FROM unnest(ARRAY[
 SELECT pg_temp.err('SELECT region, count(*) FROM stream WHERE value > 100 GROUP BY region', 'accumulate');
 SELECT count(*) AS made FROM exactonce.pipelines WHERE name = 'bad';
 
-SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']) name;
+SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9']) name;
 DROP VIEW latest_stream, readings;
 DROP TABLE sent;
 DROP FUNCTION chunk(integer, boolean), send(text, text, integer, boolean);

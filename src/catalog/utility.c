@@ -12,8 +12,10 @@
  * anything is altered.  Changing a column back to its own type is allowed,
  * so that a pipeline altered without the preload can be repaired with it.
  * Columns of the owner's own, and every other ALTER TABLE, go through.
- * The extension's own scripts are not checked; a superuser may set
- * exactonce.guard_columns off for a session.
+ * The extension's own scripts are not checked, nor the DDL exactonce runs
+ * itself (UtilityExecOwn: create_pipeline_as() makes generated columns of
+ * plain ones); a superuser may set exactonce.guard_columns off for a
+ * session.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +39,7 @@
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool exactonce_guard_columns = true;
+static bool utility_own = false;	/* exactonce's own DDL is running */
 
 /*
  * UtilityRefuse reports an ALTER TABLE of a column exactonce touches.
@@ -116,7 +119,7 @@ UtilityProcess(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 			   ProcessUtilityContext context, ParamListInfo params,
 			   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	if (exactonce_guard_columns && !creating_extension &&
+	if (exactonce_guard_columns && !creating_extension && !utility_own &&
 		IsA(pstmt->utilityStmt, AlterTableStmt))
 		UtilityCheckAlterTable((AlterTableStmt *) pstmt->utilityStmt);
 	if (prev_process_utility)
@@ -125,6 +128,28 @@ UtilityProcess(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 								queryEnv, dest, qc);
+}
+
+/*
+ * UtilityExecOwn runs DDL of exactonce's own on a pipeline's tables through
+ * SPI, which the guard lets through.  The statements are exactonce's; an
+ * owner's triggers do not fire on DDL, and event triggers are a
+ * superuser's.
+ */
+void
+UtilityExecOwn(const char *sql)
+{
+	utility_own = true;
+	PG_TRY();
+	{
+		if (SPI_execute(sql, false, 0) < 0)
+			elog(ERROR, "could not run \"%s\"", sql);
+	}
+	PG_FINALLY();
+	{
+		utility_own = false;
+	}
+	PG_END_TRY();
 }
 
 /*

@@ -9,5 +9,6 @@
 #define EXACTONCE_UTILITY_H
 
 extern void UtilityInit(void);
+extern void UtilityExecOwn(const char *sql);
 
 #endif							/* EXACTONCE_UTILITY_H */

@@ -381,7 +381,7 @@ AlterMinMax(Pipeline *p, const bool *min_max)
 /*
  * NarrowState makes a tombstone of each live key whose latest version fails
  * the WHERE's new conjuncts, and gives the queue's generated column the new
- * WHERE, with search_path pg_catalog alone as QueryAddWhere does.
+ * WHERE, with search_path pg_catalog alone as QueryAddColumns does.
  */
 static void
 NarrowState(Pipeline *p, QueryPlan *plan, const char *added, bool had_where)
@@ -400,7 +400,7 @@ NarrowState(Pipeline *p, QueryPlan *plan, const char *added, bool had_where)
 		elog(ERROR, "could not narrow the WHERE of pipeline \"%s\"", p->name);
 	AtEOXact_GUC(true, nestlevel);
 	where.where = plan->where;
-	QueryAddWhere(&where, p->name);
+	QueryAddColumns(&where, p->name);
 }
 
 /*

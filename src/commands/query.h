@@ -26,6 +26,22 @@ typedef struct QueryColumn
 	const char *comment;		/* how it is computed */
 } QueryColumn;
 
+/*
+ * A column of the queue generated from the others as each event is
+ * inserted: an expression the query groups by, or what an aggregate with
+ * FILTER or an expression aggregates.
+ */
+typedef struct QueryGenerated
+{
+	const char *name;			/* exactonce_k_... or exactonce_m_..., from
+								 * the expression's text */
+	const char *type;
+	char	   *expr;
+	Node	   *node;			/* as parsed */
+} QueryGenerated;
+
+#define QUERY_MAX_GENERATED	(EXACTONCE_MAX_DIMENSIONS + EXACTONCE_MAX_MEASURES)
+
 /* A query taken apart into what create_pipeline takes. */
 typedef struct QueryPlan
 {
@@ -47,6 +63,9 @@ typedef struct QueryPlan
 	bool		has_empty_set;	/* the grouping sets include () */
 	int			ncols;
 	QueryColumn cols[QUERY_MAX_COLUMNS];
+	const char *query;			/* its text */
+	int			ngenerated;
+	QueryGenerated generated[QUERY_MAX_GENERATED];
 	const char *only_sets;		/* the result's cells, where the pipeline
 								 * keeps more groupings than the query has */
 } QueryPlan;
@@ -54,7 +73,7 @@ typedef struct QueryPlan
 extern List *QueryConjuncts(const char *where, List **nodes);
 extern void QueryPlanOf(QueryPlan *plan, const char *query, bool latest);
 extern char *QueryResultView(QueryPlan *plan, const char *name, const char *query);
-extern void QueryAddWhere(QueryPlan *plan, const char *name);
+extern void QueryAddColumns(QueryPlan *plan, const char *name);
 extern Datum QueryTextArray(char **names, int n);
 
 #endif							/* EXACTONCE_QUERY_H */

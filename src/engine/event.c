@@ -440,6 +440,14 @@ EventCheckWhere(Pipeline *p, bool into_queue, const char *what)
 	const char *missing = NULL;
 
 	EventAttnums(p, desc, attnums);
+	for (int i = 0; i < EV_NATTS(p); i++)
+		if (attnums[i] != 0 && TupleDescAttr(desc, attnums[i] - 1)->attgenerated)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("%s takes no events for pipeline \"%s\", whose queue computes column \"%s\"",
+							what, p->name, NameStr(TupleDescAttr(desc, attnums[i] - 1)->attname)),
+					 errdetail("Only an INSERT into its queue computes the columns its query declares."),
+					 errhint("INSERT or COPY the events into %s.ingest.", quote_identifier(p->name))));
 	for (int a = 0; attnums[EV_WHERE(p)] != 0 && a < desc->natts && missing == NULL; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
