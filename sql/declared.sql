@@ -298,6 +298,16 @@ SELECT exactonce.create_pipeline_as('r9', :'q9', mode => 'accumulate');
 SELECT send('r9', 'region, desk, qty', c, false) FROM generate_series(1, 3) c;
 SELECT count(*) AS differing FROM (
 	(SELECT * FROM r9.result EXCEPT ALL :q9) UNION ALL (:q9 EXCEPT ALL SELECT * FROM r9.result)) d;
+-- a WHERE in accumulate mode is a FILTER of every aggregate, and the
+-- result keeps the cells with a reading it lets through; hourly windows
+-- written as date_trunc in UTC
+\set q10 'SELECT date_trunc(''hour'', event_time, ''UTC'') AS hour, region, count(*) AS n, sum(value), max(value), count(DISTINCT desk) AS desks FROM stream WHERE book <> ''test'' AND value > 7.85 GROUP BY ROLLUP (hour, region)'
+SELECT exactonce.create_pipeline_as('r10', :'q10', mode => 'accumulate', allowed_lateness => '36500 days');
+SELECT dimensions, window_width FROM exactonce.pipelines WHERE name = 'r10';
+SELECT send('r10', 'region, desk, book', c, false) FROM generate_series(1, 3) c;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r10.result EXCEPT ALL :q10) UNION ALL (:q10 EXCEPT ALL SELECT * FROM r10.result)) d;
+SELECT count(*) AS rows, (SELECT count(*) FROM r10.aggregates) > count(*) AS cells_left_out FROM r10.result;
 DROP VIEW stream;
 
 -- what a pipeline cannot keep exactly is refused, naming the construct
@@ -335,10 +345,14 @@ SELECT pg_temp.err(q) FROM unnest(ARRAY[
 	'DELETE FROM stream',
 	'SELECT region, count(*) FROM stream GROUP BY region ORDER BY 2'
 ]) q;
-SELECT pg_temp.err('SELECT region, count(*) FROM stream WHERE value > 100 GROUP BY region', 'accumulate');
+SELECT pg_temp.err(q, 'accumulate') FROM unnest(ARRAY[
+	'SELECT date_trunc(''hour'', event_time), count(*) FROM stream GROUP BY ROLLUP (1)',
+	'SELECT date_trunc(''week'', event_time, ''UTC''), count(*) FROM stream GROUP BY ROLLUP (1)',
+	'SELECT date_trunc(''hour'', event_time, ''Europe/Paris''), count(*) FROM stream GROUP BY ROLLUP (1)'
+]) q;
 SELECT count(*) AS made FROM exactonce.pipelines WHERE name = 'bad';
 
-SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9']) name;
+SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9', 'r10']) name;
 DROP VIEW latest_stream, readings;
 DROP TABLE sent;
 DROP FUNCTION chunk(integer, boolean), send(text, text, integer, boolean);

@@ -32,8 +32,9 @@
  * text column, GROUP BY a list of dimensions, ROLLUP, CUBE or GROUPING
  * SETS of them, and an event-time window written as the first key of a
  * ROLLUP, date_bin(stride, event_time, origin) with an origin on the
- * stride's grid from 1970-01-01 UTC (accumulate mode), and in latest mode
- * a WHERE over any column of the stream: the queue gets a boolean column
+ * stride's grid from 1970-01-01 UTC, or date_trunc(unit, event_time,
+ * 'UTC') (accumulate mode), and in latest mode a WHERE over any column of
+ * the stream: the queue gets a boolean column
  * generated from it (EV_WHERE_COLUMN), and an event for which it is not
  * true counts as a tombstone of its key, which is exactly "the latest
  * version of each key, if the WHERE keeps it".  The WHERE may use columns
@@ -44,6 +45,8 @@
  * expression aggregates, are columns of the queue generated the same way
  * (QueryGenerated), named for the expression's text, so that a query
  * altered later (alter.c) finds the same expression under the same name.
+ * In accumulate mode the WHERE is a FILTER of every aggregate, and the
+ * result keeps the cells that have a reading it lets through.
  *
  * create_view_as() declares a view of an existing pipeline the same way:
  * a plain GROUP BY of the pipeline's dimensions, aggregates it keeps, a
@@ -262,33 +265,71 @@ AddGenerated(QueryPlan *plan, const char *prefix, const char *type, char *expr, 
 }
 
 /*
- * IsWindow tells whether node is a date_bin() call of event_time.
+ * IsWindow tells whether node is a date_bin() or date_trunc() call of
+ * event_time.
  */
 static bool
 IsWindow(Node *node, const char *alias)
 {
 	FuncCall   *fc = (FuncCall *) node;
 	const char *name;
+	const char *col;
 
 	if (node == NULL || !IsA(node, FuncCall))
 		return false;
 	name = FuncName(fc);
-	return name != NULL && strcmp(name, "date_bin") == 0 && list_length(fc->args) == 3 &&
-		ColumnName(lsecond(fc->args), alias) != NULL &&
-		strcmp(ColumnName(lsecond(fc->args), alias), "event_time") == 0;
+	col = list_length(fc->args) >= 2 ? ColumnName(lsecond(fc->args), alias) : NULL;
+	return name != NULL && col != NULL && strcmp(col, "event_time") == 0 &&
+		((strcmp(name, "date_bin") == 0 && list_length(fc->args) == 3) ||
+		 (strcmp(name, "date_trunc") == 0 && list_length(fc->args) <= 3));
+}
+
+/*
+ * TruncWidth returns the width of the windows of date_trunc(unit,
+ * event_time, 'UTC'): a unit of fixed length, up to a day, in UTC, where
+ * they start on the unit's grid from 1970-01-01 00:00 as the pipeline's
+ * windows do.
+ */
+static const char *
+TruncWidth(FuncCall *fc)
+{
+	static const char *const units[][2] = {
+		{"microseconds", "1 microsecond"}, {"milliseconds", "1 millisecond"},
+		{"second", "1 second"}, {"minute", "1 minute"}, {"hour", "1 hour"}, {"day", "1 day"}
+	};
+	const char *unit = ConstText(linitial(fc->args));
+	const char *zone = list_length(fc->args) == 3 ? ConstText(lthird(fc->args)) : NULL;
+
+	if (list_length(fc->args) == 2)
+		QueryRefuse("date_trunc() of event_time without a time zone",
+					"It truncates in the session's TimeZone: write date_trunc('hour', event_time, 'UTC').");
+	if (zone == NULL || (pg_strcasecmp(zone, "UTC") != 0 && pg_strcasecmp(zone, "Etc/UTC") != 0))
+		QueryRefuse(psprintf("date_trunc() in time zone %s", zone ? zone : "(not a literal)"),
+					"The windows of a pipeline are cut in UTC: write date_trunc('hour', event_time, 'UTC'), or date_bin() with an origin on the grid.");
+	for (int i = 0; unit != NULL && i < lengthof(units); i++)
+		if (pg_strcasecmp(unit, units[i][0]) == 0 ||
+			(strlen(unit) == strlen(units[i][0]) + 1 && pg_strncasecmp(unit, units[i][0], strlen(units[i][0])) == 0 &&
+			 (unit[strlen(units[i][0])] == 's' || unit[strlen(units[i][0])] == 'S')))
+			return units[i][1];
+	QueryRefuse(psprintf("date_trunc('%s', ...)", unit ? unit : "?"),
+				"A window has one width: truncate to a microsecond, millisecond, second, minute, hour or day, or write date_bin('7 days', event_time, '1970-01-01 00:00+00').");
+	return NULL;				/* not reached */
 }
 
 /*
  * TakeWindow takes the window of a date_bin(stride, event_time, origin)
  * key: a stride of days and time, and an origin on its grid from
- * 1970-01-01 00:00 UTC, where the pipeline's windows start.
+ * 1970-01-01 00:00 UTC, where the pipeline's windows start; or of a
+ * date_trunc(unit, event_time, 'UTC') key, which is date_bin() by the unit
+ * from there.
  */
 static void
 TakeWindow(QueryPlan *plan, Node *node)
 {
 	FuncCall   *fc = (FuncCall *) node;
-	const char *stride = ConstText(linitial(fc->args));
-	const char *origin = ConstText(lthird(fc->args));
+	bool		trunc = strcmp(FuncName(fc), "date_trunc") == 0;
+	const char *stride = trunc ? TruncWidth(fc) : ConstText(linitial(fc->args));
+	const char *origin = trunc ? "1970-01-01 00:00+00" : ConstText(lthird(fc->args));
 	const int64 epoch = -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE)) * USECS_PER_DAY;
 	int64		width;
 	TimestampTz at;
@@ -370,7 +411,7 @@ TakeKey(QueryPlan *plan, Node *node, const char *alias, List *targets, bool firs
 	{
 		if (!first)
 			QueryRefuse("a window that is not the first key of a ROLLUP",
-						"Write GROUP BY ROLLUP (date_bin(...), ...): a window is the first level of a rollup.");
+						"Write GROUP BY ROLLUP (date_bin(...), ...) or ROLLUP (date_trunc(...), ...): a window is the first level of a rollup.");
 		TakeWindow(plan, node);
 		return PIPELINE_WINDOW_DIM;
 	}
@@ -436,7 +477,7 @@ TakeGroupBy(QueryPlan *plan, SelectStmt *sel, const char *alias)
 		foreach(lc, sel->groupClause)
 			if (IsWindow(lfirst(lc), alias))
 			QueryRefuse("a window that is not the first key of a ROLLUP",
-						"Write GROUP BY ROLLUP (date_bin(...), ...): a window is the first level of a rollup.");
+						"Write GROUP BY ROLLUP (date_bin(...), ...) or ROLLUP (date_trunc(...), ...): a window is the first level of a rollup.");
 		AppendSet(plan, sel->groupClause, alias, sel->targetList, &first);
 		return;
 	}
@@ -558,8 +599,12 @@ TakeComputed(QueryPlan *plan, FuncCall *fc, const char *fn, const char *name, co
 		if (!fc->agg_distinct)
 			(void) MeasureColumns(arg, &w);
 	}
-	if (fc->agg_filter != NULL)
-		what = psprintf("CASE WHEN (%s) THEN %s END", ExprText(plan, fc->agg_filter), what);
+	if (fc->agg_filter != NULL && plan->every_filter != NULL)
+		what = psprintf("CASE WHEN (%s) AND (%s) THEN %s END", plan->every_filter,
+						ExprText(plan, fc->agg_filter), what);
+	else if (fc->agg_filter != NULL || plan->every_filter != NULL)
+		what = psprintf("CASE WHEN (%s) THEN %s END",
+						fc->agg_filter ? ExprText(plan, fc->agg_filter) : plan->every_filter, what);
 	if (fc->agg_distinct)
 		gen = AddGenerated(plan, "d", "pg_catalog.text", psprintf("(%s)::pg_catalog.text", what),
 						   (Node *) fc);
@@ -570,7 +615,9 @@ TakeComputed(QueryPlan *plan, FuncCall *fc, const char *fn, const char *name, co
 	plain->args = list_make1(ref);
 	plain->agg_filter = NULL;
 	plain->agg_star = false;
+	plan->computed = true;
 	TakeAggregate(plan, plain, name, alias);
+	plan->computed = false;
 }
 
 /*
@@ -593,14 +640,15 @@ TakeAggregate(QueryPlan *plan, FuncCall *fc, const char *name, const char *alias
 					   strcmp(fn, "max") != 0))
 		QueryRefuse(psprintf("function %s()", fn ? fn : NameListToString(fc->funcname)),
 					"A pipeline keeps sum, count, avg, min and max of value and of numeric measures, and count(DISTINCT) of a text column.");
-	if (fc->agg_star && fc->agg_filter == NULL)
+	if (fc->agg_star && fc->agg_filter == NULL && (plan->every_filter == NULL || plan->computed))
 	{
 		if (strcmp(fn, "count") != 0 || fc->agg_distinct)
 			QueryRefuse(psprintf("%s(*)", fn), "count(*) counts the events of a cell.");
 		AddColumn(plan, name, "keys", "0::pg_catalog.int8", "count(*): the events of the cell (latest mode: its live keys)");
 		return;
 	}
-	if (fc->agg_filter != NULL || (col == NULL && list_length(fc->args) == 1))
+	if (fc->agg_filter != NULL || (plan->every_filter != NULL && !plan->computed) ||
+		(col == NULL && list_length(fc->args) == 1))
 	{
 		TakeComputed(plan, fc, fn, name, alias);
 		return;
@@ -720,7 +768,7 @@ TakeTargets(QueryPlan *plan, SelectStmt *sel, const char *alias)
 				ereport(ERROR,
 						(errcode(ERRCODE_GROUPING_ERROR),
 						 errmsg("the window of the select list must be the one of the GROUP BY")));
-			AddColumn(plan, name ? name : "date_bin", "CAST(window_start AS pg_catalog.timestamptz)",
+			AddColumn(plan, name ? name : FigureColname(rt->val), "CAST(window_start AS pg_catalog.timestamptz)",
 					  "NULL::pg_catalog.timestamptz", "the start of the event-time window");
 		}
 		else if (KeyOf(plan, rt->val) != NULL)
@@ -953,15 +1001,32 @@ QueryPlanOf(QueryPlan *plan, const char *query, bool latest)
 		QueryRefuse("WINDOW", "Aggregate per cell with GROUP BY.");
 	if (sel->sortClause != NIL || sel->limitCount != NULL || sel->limitOffset != NULL)
 		QueryRefuse("ORDER BY, LIMIT or OFFSET", "Order and limit the rows of the result view when you read them.");
+
+	/*
+	 * In accumulate mode a reading the WHERE leaves out is in no aggregate:
+	 * each aggregate gets the WHERE as a FILTER, and the result shows the
+	 * cells that have a reading it keeps (and the grand total, always).
+	 */
+	if (sel->whereClause != NULL && !latest)
+		plan->every_filter = WhereText(query);
 	TakeGroupBy(plan, sel, alias);
 	TakeTargets(plan, sel, alias);
-	if (sel->whereClause != NULL)
+	if (plan->every_filter != NULL)
+	{
+		WhereWalk	w = {plan, alias};
+		const char *kept = AddGenerated(plan, "m", "pg_catalog.numeric",
+										psprintf("(CASE WHEN (%s) THEN 1 END)::pg_catalog.numeric",
+												 plan->every_filter), sel->whereClause);
+
+		(void) WhereColumns(sel->whereClause, &w);
+		AddName(plan->measures, &plan->nmeasures, EXACTONCE_MAX_MEASURES, kept, "measures");
+		plan->row_filter = psprintf("(%s OPERATOR(pg_catalog.>) 0 OR level OPERATOR(pg_catalog.=) 0)",
+									quote_identifier(psprintf("%s_count", kept)));
+	}
+	else if (sel->whereClause != NULL)
 	{
 		WhereWalk	w = {plan, alias};
 
-		if (!latest)
-			QueryRefuse("WHERE in accumulate mode",
-						"Send only the readings the pipeline is for, or declare it in latest mode.");
 		(void) WhereColumns(sel->whereClause, &w);
 		plan->where = WhereText(query);
 		plan->where_node = sel->whereClause;
@@ -1004,8 +1069,10 @@ QueryResultView(QueryPlan *plan, const char *name, const char *query)
 		appendStringInfo(&sql, "%s%s AS %s", i > 0 ? ", " : "", plan->cols[i].expr,
 						 quote_identifier(plan->cols[i].name));
 	appendStringInfo(&sql, " FROM %s.aggregates", s);
-	if (plan->only_sets != NULL)
-		appendStringInfo(&sql, " WHERE %s", plan->only_sets);
+	if (plan->only_sets != NULL || plan->row_filter != NULL)
+		appendStringInfo(&sql, " WHERE %s%s%s", plan->only_sets ? plan->only_sets : "",
+						 plan->only_sets && plan->row_filter ? " AND " : "",
+						 plan->row_filter ? plan->row_filter : "");
 	if (plan->has_empty_set)
 	{
 		appendStringInfoString(&sql, " UNION ALL SELECT ");

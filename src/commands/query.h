@@ -66,6 +66,10 @@ typedef struct QueryPlan
 	const char *query;			/* its text */
 	int			ngenerated;
 	QueryGenerated generated[QUERY_MAX_GENERATED];
+	char	   *every_filter;	/* accumulate mode: the WHERE, a FILTER of
+								 * every aggregate */
+	char	   *row_filter;		/* ... and the result's rows it keeps */
+	bool		computed;		/* taking what the queue computes */
 	const char *only_sets;		/* the result's cells, where the pipeline
 								 * keeps more groupings than the query has */
 } QueryPlan;
