@@ -188,24 +188,34 @@ AddedConditions(Pipeline *p, const char *old, QueryPlan *plan)
 }
 
 /*
+ * IsComputed tells whether a column is one the queue computes (query.c).
+ */
+static bool
+IsComputed(const char *name)
+{
+	return strncmp(name, "exactonce_", strlen("exactonce_")) == 0;
+}
+
+/*
  * CheckKept refuses a query that needs a column the pipeline does not keep.
  */
 static void
 CheckKept(Pipeline *p, QueryPlan *plan)
 {
 	const char *hint = "A running pipeline keeps the columns it was declared with: use those, or create a pipeline with the new query and send the events again.";
+	const char *computed = "a computed key, FILTER or aggregated expression";
 
 	for (int i = 0; i < plan->ndims; i++)
 		if (IndexOf(p->dims, p->ndims, plan->dims[i]) < 0)
-			AlterRefuse(p, psprintf("grouping by \"%s\"", plan->dims[i]),
+			AlterRefuse(p, IsComputed(plan->dims[i]) ? computed : psprintf("grouping by \"%s\"", plan->dims[i]),
 						"It is not a dimension of the pipeline, so state does not keep it.", hint);
 	for (int i = 0; i < plan->nmeasures; i++)
 		if (IndexOf(p->measures, p->nmeasures, plan->measures[i]) < 0)
-			AlterRefuse(p, psprintf("aggregating \"%s\"", plan->measures[i]),
+			AlterRefuse(p, IsComputed(plan->measures[i]) ? computed : psprintf("aggregating \"%s\"", plan->measures[i]),
 						"It is not a measure of the pipeline, so state does not keep it.", hint);
 	for (int i = 0; i < plan->ndistinct; i++)
 		if (IndexOf(p->distincts, p->ndistinct, plan->distincts[i]) < 0)
-			AlterRefuse(p, psprintf("count(DISTINCT %s)", plan->distincts[i]),
+			AlterRefuse(p, IsComputed(plan->distincts[i]) ? computed : psprintf("count(DISTINCT %s)", plan->distincts[i]),
 						"The pipeline does not count its distinct values, so state does not keep it.", hint);
 	if (p->windowed)
 	{
