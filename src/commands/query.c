@@ -68,6 +68,7 @@
 #include "parser/gramparse.h"
 #include "parser/parse_target.h"
 #include "parser/parser.h"
+#include "parser/scansup.h"
 #include "common/hashfn.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -228,6 +229,8 @@ ExprText(QueryPlan *plan, Node *node)
 	if (depth < 0 || end > start + yylloc)
 		end = start + yylloc;
 	scanner_finish(scanner);
+	while (end > start && scanner_isspace(plan->query[end - 1]))
+		end--;
 	text = pnstrdup(plan->query + start, end - start);
 
 	raw = raw_parser(psprintf("SELECT %s", text), RAW_PARSE_DEFAULT);
@@ -1090,6 +1093,16 @@ QueryResultView(QueryPlan *plan, const char *name, const char *query)
 }
 
 /*
+ * GeneratedContext names the expression of the query whose column of the
+ * queue PostgreSQL refused (not immutable, of no type that casts, ...).
+ */
+static void
+GeneratedContext(void *arg)
+{
+	errcontext("computing %s for each event of the queue, as the pipeline's query asks", (char *) arg);
+}
+
+/*
  * QueryAddColumns gives the queue the columns the pipeline computes from
  * its events, as the calling role, with search_path pg_catalog alone: the
  * expressions, which run in every producer's INSERT, can reach built-in
@@ -1112,13 +1125,24 @@ QueryAddColumns(QueryPlan *plan, const char *name)
 	for (int i = 0; i < plan->nextra; i++)
 		appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD COLUMN %s text;\n", s,
 						 quote_identifier(plan->extra[i]));
+	if (sql.len > 0)
+		UtilityExecOwn(sql.data);
 	for (int i = 0; i < plan->ngenerated; i++)
+	{
+		ErrorContextCallback context = {error_context_stack, GeneratedContext, plan->generated[i].expr};
+
+		error_context_stack = &context;
+		resetStringInfo(&sql);
 		appendStringInfo(&sql, "ALTER TABLE %1$s.ingest DROP COLUMN %2$s;\n"
 						 "ALTER TABLE %1$s.ingest ADD COLUMN %2$s %3$s GENERATED ALWAYS AS (%4$s) STORED;\n"
 						 "COMMENT ON COLUMN %1$s.ingest.%2$s IS %5$s;\n",
 						 s, plan->generated[i].name, plan->generated[i].type, plan->generated[i].expr,
 						 quote_literal_cstr(psprintf("exactonce: computed from each event by the pipeline's query: %s",
 													 plan->generated[i].expr)));
+		UtilityExecOwn(sql.data);
+		error_context_stack = context.previous;
+	}
+	resetStringInfo(&sql);
 	if (plan->where != NULL)
 		appendStringInfo(&sql, "ALTER TABLE %s.ingest ADD COLUMN %s boolean GENERATED ALWAYS AS (%s) STORED;\n"
 						 "COMMENT ON COLUMN %s.ingest.%s IS %s;\n",
