@@ -60,6 +60,7 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -69,7 +70,6 @@
 #include "parser/parse_target.h"
 #include "parser/parser.h"
 #include "parser/scansup.h"
-#include "common/hashfn.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -78,8 +78,8 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "catalog/utility.h"
-#include "engine/event.h"
 #include "commands/query.h"
+#include "engine/event.h"
 
 PG_FUNCTION_INFO_V1(exactonce_create_pipeline_as);
 PG_FUNCTION_INFO_V1(exactonce_create_view_as);
