@@ -20,8 +20,8 @@ EVENTS=${1:-200000}
 ROUNDS=${2:-5}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 W=${W:-/tmp/eo-declared-bench}
-as_pg() { runuser -u postgres -- env PATH=$PGBIN:$PATH "$@"; }
-[ "$(id -u)" = 0 ] || as_pg() { env PATH=$PGBIN:$PATH "$@"; }
+as_pg() { runuser -u postgres -- env PATH=$PGBIN:$PATH PGOPTIONS="-c client_min_messages=warning" "$@"; }
+[ "$(id -u)" = 0 ] || as_pg() { env PATH=$PGBIN:$PATH PGOPTIONS="-c client_min_messages=warning" "$@"; }
 rm -rf "$W" && mkdir -p "$W" && chown postgres: "$W" 2>/dev/null
 as_pg initdb -D "$W/data" -A trust >/dev/null || exit 1
 cat >>"$W/data/postgresql.conf" <<EOF
