@@ -53,6 +53,11 @@ BuildAggUpsert(Pipeline *p)
 						 quote_identifier(psprintf("%s_count", p->measures[i])));
 	for (int i = 0; i < p->ndistinct; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(psprintf("%s_distinct", p->distincts[i])));
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(&sql, ", %s, %s",
+							 quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
+							 quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
 	appendStringInfoString(&sql, ", updated_at) SELECT u.*, now() FROM unnest($1::int4[]");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", $%d::text[]", arg++);
@@ -62,6 +67,12 @@ BuildAggUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", $%d::numeric[], $%d::int8[]", arg, arg + 1);
 	for (int i = 0; i < p->ndistinct; i++)
 		appendStringInfo(&sql, ", $%d::int8[]", arg++);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			appendStringInfo(&sql, ", $%d::numeric[], $%d::numeric[]", arg, arg + 1);
+			arg += 2;
+		}
 	appendStringInfoString(&sql, ") AS u(level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", d%d", i);
@@ -70,6 +81,9 @@ BuildAggUpsert(Pipeline *p)
 		appendStringInfo(&sql, ", s%d, c%d", i, i);
 	for (int i = 0; i < p->ndistinct; i++)
 		appendStringInfo(&sql, ", x%d", i);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(&sql, ", lo%d, hi%d", slot, slot);
 	appendStringInfoString(&sql, ") ON CONFLICT (level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", %s", quote_identifier(p->dims[i]));
@@ -89,10 +103,29 @@ BuildAggUpsert(Pipeline *p)
 
 		appendStringInfo(&sql, ", %s = a.%s + excluded.%s", c, c, c);
 	}
+
+	/*
+	 * min and max take in the least and greatest value entering the cell;
+	 * extrema.c sets anew those whose extreme may have left
+	 */
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			for (int hi = 0; hi <= 1; hi++)
+			{
+				const char *c = quote_identifier(psprintf("%s_%s", PipelineExtremumName(p, slot),
+														  hi ? "max" : "min"));
+
+				appendStringInfo(&sql, ", %s = %s(a.%s, excluded.%s)", c, hi ? "greatest" : "least", c, c);
+			}
 	/* the cells, for their min and max (extrema.c) and the feed (feed.c) */
 	appendStringInfoString(&sql, " RETURNING a.ctid, a.keys, a.total, a.level");
 	for (int i = 0; i < p->ndims; i++)
 		appendStringInfo(&sql, ", a.%s", quote_identifier(p->dims[i]));
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(&sql, ", a.%s, a.%s",
+							 quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
+							 quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
 	return sql.data;
 }
 
@@ -213,8 +246,10 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 static void
 ApplyCells(Pipeline *p, HTAB *cells)
 {
-	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT];
-	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT];
+	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT +
+					  2 * (1 + EXACTONCE_MAX_MEASURES)];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT +
+					   2 * (1 + EXACTONCE_MAX_MEASURES)];
 	CellColumns cols;
 	int			ncells,
 				nargs;
@@ -254,6 +289,14 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		values[nargs] = cols.distinct[i];
 		types[nargs++] = INT8ARRAYOID;
 	}
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			values[nargs] = cols.ext[CELL_EXT(p, EXT_LO_IN, slot)];
+			types[nargs++] = NUMERICARRAYOID;
+			values[nargs] = cols.ext[CELL_EXT(p, EXT_HI_IN, slot)];
+			types[nargs++] = NUMERICARRAYOID;
+		}
 	StatementExec(StatementPrepare(p, BuildAggUpsert, nargs, types),
 				  values, NULL, ncells);
 
