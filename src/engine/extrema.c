@@ -67,9 +67,9 @@ AppendSameCell(StringInfo sql, Pipeline *p, const char *other, uint32 mask)
 
 /*
  * BuildExtremaLevel: set anew the min and max of the given aggregates rows
- * of one grouping (mask), by ctid: a leaf's from its live keys in state;
- * a rollup cell's from its children one level down, another grouping's
- * from the leaves under it.
+ * of one grouping (mask), by ctid, every one of them from one scan: a
+ * leaf's from its live keys in state; a rollup cell's from its children
+ * one level down, another grouping's from the leaves under it.
  */
 static const char *
 BuildExtremaLevel(Pipeline *p, int mask)
@@ -81,38 +81,48 @@ BuildExtremaLevel(Pipeline *p, int mask)
 	bool		first = true;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s.aggregates a SET ", s);
+	appendStringInfo(&sql, "UPDATE %s.aggregates a SET (", s);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			appendStringInfoString(&sql, first ? "" : ", ");
+			first = false;
+			AppendColumn(&sql, p, slot, "min");
+			appendStringInfoString(&sql, ", ");
+			AppendColumn(&sql, p, slot, "max");
+		}
+	appendStringInfoString(&sql, ") = (SELECT ");
+	first = true;
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 	{
-		const char *col = quote_identifier(PipelineExtremumName(p, slot));
-
 		if (!p->min_max[slot])
 			continue;
 		for (int hi = 0; hi <= 1; hi++)
 		{
-			const char *fn = hi ? "max" : "min";
-
-			if (!first)
-				appendStringInfoString(&sql, ", ");
+			appendStringInfo(&sql, "%s%s(", first ? "" : ", ", hi ? "max" : "min");
 			first = false;
-			AppendColumn(&sql, p, slot, fn);
 			if (leaf)
+				appendStringInfo(&sql, "st.%s", quote_identifier(PipelineExtremumName(p, slot)));
+			else
 			{
-				appendStringInfo(&sql, " = (SELECT %s(st.%s) FROM %s.state st WHERE NOT st.deleted",
-								 fn, col, s);
-				AppendSameCell(&sql, p, "st", CELL_LEVEL_MASK(p->ndims));
-				appendStringInfoChar(&sql, ')');
-				continue;
+				appendStringInfoString(&sql, "c.");
+				AppendColumn(&sql, p, slot, hi ? "max" : "min");
 			}
-			appendStringInfo(&sql, " = (SELECT %s(c.", fn);
-			AppendColumn(&sql, p, slot, fn);
-			appendStringInfo(&sql, ") FROM %s.aggregates c WHERE c.level = %d", s,
-							 p->rollup ? level + 1 : p->ndims);
-			AppendSameCell(&sql, p, "c", (uint32) mask);
 			appendStringInfoChar(&sql, ')');
 		}
 	}
-	appendStringInfoString(&sql, " WHERE a.ctid = ANY($1::tid[])");
+	if (leaf)
+	{
+		appendStringInfo(&sql, " FROM %s.state st WHERE NOT st.deleted", s);
+		AppendSameCell(&sql, p, "st", CELL_LEVEL_MASK(p->ndims));
+	}
+	else
+	{
+		appendStringInfo(&sql, " FROM %s.aggregates c WHERE c.level = %d", s,
+						 p->rollup ? level + 1 : p->ndims);
+		AppendSameCell(&sql, p, "c", (uint32) mask);
+	}
+	appendStringInfoString(&sql, ") WHERE a.ctid = ANY($1::tid[])");
 	return sql.data;
 }
 
