@@ -180,7 +180,11 @@ SQL
 say "== pipeline $PIPELINE, declared as: SELECT risk_type, region, trade_desk, sum(value) AS total, count(*) AS trades FROM stream GROUP BY ROLLUP (risk_type, region, trade_desk); with its change feed"
 WORKERS=$("${PSQL[@]}" -At -c "SELECT coalesce(current_setting('exactonce.workers', true), '0')")
 if [ "$WORKERS" != 0 ]; then
-	say "== $WORKERS background drain worker(s) per database drain the pipeline as well"
+	if [ "$WORKERS" = -1 ]; then
+		say "== background drain workers, one per core (exactonce.workers = -1), drain the pipeline as well"
+	else
+		say "== $WORKERS background drain worker(s) per database drain the pipeline as well"
+	fi
 elif [ "$FLUSH_LOOP" = 0 ]; then
 	say "== this version of the extension has no background workers: keeping the flush loop"
 	FLUSH_LOOP=1
