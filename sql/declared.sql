@@ -317,6 +317,27 @@ SELECT count(*) AS differing FROM (
 SELECT count(*) AS rows, (SELECT count(*) FROM r10.aggregates) > count(*) AS cells_left_out FROM r10.result;
 DROP VIEW stream;
 
+-- 9. a pipeline made with create_pipeline, paused and empty, declared anew
+-- by a query; a computed key's text that ends in a comment stays whole in
+-- the queue's column; an event whose computed key is NULL is refused by
+-- the INSERT, not counted in a NULL cell
+TRUNCATE sent;
+CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
+SELECT exactonce.create_pipeline('r12', ARRAY['region', 'desk'], min_max => ARRAY['value']);
+SELECT exactonce.pause('r12');
+\set q12 'SELECT desk, max(value), count(*) AS n FROM stream WHERE value > 0 GROUP BY ROLLUP (desk)'
+SELECT exactonce.alter_pipeline_as('r12', :'q12') AS cells;
+SELECT exactonce.resume('r12');
+SELECT send('r12', 'region, desk', c, true) FROM generate_series(1, 2) c;
+SELECT count(*) AS differing FROM (
+	(SELECT * FROM r12.result EXCEPT ALL :q12) UNION ALL (:q12 EXCEPT ALL SELECT * FROM r12.result)) d;
+SELECT exactonce.create_pipeline_as('r11', E'SELECT lower(region) AS reg, count(*) AS n FROM stream GROUP BY lower(region) -- ) STORED; a comment\n');
+INSERT INTO r11.ingest (key, version, value, region) VALUES ('a', 1, 1, 'EMEA'), ('b', 1, 1, 'Emea');
+SELECT exactonce.flush('r11');
+SELECT * FROM r11.result;
+SELECT pg_temp.stage_err($$INSERT INTO r11.ingest (key, version, value, region) VALUES ('c', 1, 1, NULL)$$);
+DROP VIEW stream;
+
 -- what a pipeline cannot keep exactly is refused, naming the construct
 CREATE FUNCTION pg_temp.err(q text, m text DEFAULT 'latest') RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
@@ -359,7 +380,7 @@ SELECT pg_temp.err(q, 'accumulate') FROM unnest(ARRAY[
 ]) q;
 SELECT count(*) AS made FROM exactonce.pipelines WHERE name = 'bad';
 
-SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9', 'r10']) name;
+SELECT exactonce.drop_pipeline(name) FROM unnest(ARRAY['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9', 'r10', 'r11', 'r12']) name;
 DROP VIEW latest_stream, readings;
 DROP TABLE sent;
 DROP FUNCTION chunk(integer, boolean), send(text, text, integer, boolean);

@@ -79,26 +79,14 @@ AlterRefuse(Pipeline *p, const char *what, const char *detail, const char *hint)
 }
 
 /*
- * IndexOf returns the index of name among n names, or -1.
- */
-static int
-IndexOf(char **names, int n, const char *name)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(names[i], name) == 0)
-			return i;
-	return -1;
-}
-
-/*
  * InState tells whether state keeps column name of pipeline p.
  */
 static bool
 InState(Pipeline *p, const char *name)
 {
-	return IndexOf(p->dims, p->ndims, name) >= 0 ||
-		IndexOf(p->measures, p->nmeasures, name) >= 0 ||
-		IndexOf(p->distincts, p->ndistinct, name) >= 0 ||
+	return QueryNameIndex(p->dims, p->ndims, name) >= 0 ||
+		QueryNameIndex(p->measures, p->nmeasures, name) >= 0 ||
+		QueryNameIndex(p->distincts, p->ndistinct, name) >= 0 ||
 		strcmp(name, "key") == 0 || strcmp(name, "version") == 0 || strcmp(name, "value") == 0;
 }
 
@@ -206,15 +194,15 @@ CheckKept(Pipeline *p, QueryPlan *plan)
 	const char *computed = "a computed key, FILTER or aggregated expression";
 
 	for (int i = 0; i < plan->ndims; i++)
-		if (IndexOf(p->dims, p->ndims, plan->dims[i]) < 0)
+		if (QueryNameIndex(p->dims, p->ndims, plan->dims[i]) < 0)
 			AlterRefuse(p, IsComputed(plan->dims[i]) ? computed : psprintf("grouping by \"%s\"", plan->dims[i]),
 						"It is not a dimension of the pipeline, so state does not keep it.", hint);
 	for (int i = 0; i < plan->nmeasures; i++)
-		if (IndexOf(p->measures, p->nmeasures, plan->measures[i]) < 0)
+		if (QueryNameIndex(p->measures, p->nmeasures, plan->measures[i]) < 0)
 			AlterRefuse(p, IsComputed(plan->measures[i]) ? computed : psprintf("aggregating \"%s\"", plan->measures[i]),
 						"It is not a measure of the pipeline, so state does not keep it.", hint);
 	for (int i = 0; i < plan->ndistinct; i++)
-		if (IndexOf(p->distincts, p->ndistinct, plan->distincts[i]) < 0)
+		if (QueryNameIndex(p->distincts, p->ndistinct, plan->distincts[i]) < 0)
 			AlterRefuse(p, IsComputed(plan->distincts[i]) ? computed : psprintf("count(DISTINCT %s)", plan->distincts[i]),
 						"The pipeline does not count its distinct values, so state does not keep it.", hint);
 	if (p->windowed)
@@ -251,7 +239,7 @@ PlanSets(Pipeline *p, QueryPlan *plan, uint32 *sets)
 		sets[s] = 0;
 		for (int i = 0; i < q.ndims; i++)
 			if (q.sets[s] & ((uint32) 1 << i))
-				sets[s] |= (uint32) 1 << IndexOf(p->dims, p->ndims, q.dims[i]);
+				sets[s] |= (uint32) 1 << QueryNameIndex(p->dims, p->ndims, q.dims[i]);
 	}
 	return q.nsets;
 }
@@ -489,10 +477,16 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 			sets[nsets++] = CELL_LEVEL_MASK(p->ndims);
 		}
 		for (int s = 0; s < p->nsets; s++)
-			if (!HasSet(sets, nsets, p->sets[s]) && DependentViews(p) != NULL)
-				AlterRefuse(p, "grouping sets without some it has now",
-							psprintf("Views %s read the pipeline's cells.", DependentViews(p)),
-							"Drop those views, alter the pipeline, and create them again.");
+			if (!HasSet(sets, nsets, p->sets[s]))
+			{
+				char	   *views = DependentViews(p);
+
+				if (views != NULL)
+					AlterRefuse(p, "grouping sets without some it has now",
+								psprintf("Views %s read the pipeline's cells.", views),
+								"Drop those views, alter the pipeline, and create them again.");
+				break;
+			}
 		old_where = OldWhere(p);
 		added = AddedConditions(p, old_where, plan);
 	}

@@ -344,7 +344,7 @@ exactonce_ingest(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, false);
 	RequireIngest(p);
-	EventCheckWhere(p, true, "exactonce.ingest()");
+	EventCheckComputed(p, true, "exactonce.ingest()");
 	PipelineActAsOwner(p);		/* the caller may insert: checked */
 	events = EventsFromArray(p, events_arr, &n);
 	offsets = OffsetsFromArray(PG_GETARG_ARRAYTYPE_P(3), n);

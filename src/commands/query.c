@@ -145,9 +145,10 @@ IsStreamColumn(const char *name)
 static int
 AddName(char **names, int *n, int max, const char *name, const char *what)
 {
-	for (int i = 0; i < *n; i++)
-		if (strcmp(names[i], name) == 0)
-			return i;
+	int			i = QueryNameIndex(names, *n, name);
+
+	if (i >= 0)
+		return i;
 	if (*n >= max)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -187,6 +188,56 @@ FuncName(FuncCall *fc)
 	return strVal(llast(fc->funcname));
 }
 
+/* A scan of SQL text by PostgreSQL's own scanner. */
+typedef struct QueryScan
+{
+	core_yy_extra_type extra;
+	core_yyscan_t scanner;
+	int			depth;			/* of parentheses and brackets, after the
+								 * token */
+} QueryScan;
+
+static void
+ScanStart(QueryScan *scan, const char *text)
+{
+	scan->scanner = scanner_init(text, &scan->extra, &ScanKeywords, ScanKeywordTokens);
+	scan->depth = 0;
+}
+
+/*
+ * ScanNext returns the next token, 0 at the end, and its location.
+ */
+static int
+ScanNext(QueryScan *scan, int *location)
+{
+	core_YYSTYPE yylval;
+	YYLTYPE		yylloc;
+	int			tok = core_yylex(&yylval, &yylloc, scan->scanner);
+
+	if (tok == '(' || tok == '[')
+		scan->depth++;
+	else if (tok == ')' || tok == ']')
+		scan->depth--;
+	*location = yylloc;
+	return tok;
+}
+
+/*
+ * CutText returns text[start, end) without trailing blanks, to be set in
+ * SQL of exactonce's: a comment it ends with ends with its line, so that it
+ * cannot swallow what follows.
+ */
+static char *
+CutText(const char *text, int start, int end)
+{
+	char	   *cut;
+
+	while (end > start && scanner_isspace(text[end - 1]))
+		end--;
+	cut = pnstrdup(text +start, end - start);
+	return strstr(cut, "--") != NULL ? psprintf("%s\n", cut) : cut;
+}
+
 /*
  * ExprText returns the text of an expression of the plan's query, as
  * PostgreSQL's scanner cuts it: from its first token to the comma,
@@ -198,40 +249,22 @@ static char *
 ExprText(QueryPlan *plan, Node *node)
 {
 	int			start = exprLocation(node);
-	core_yy_extra_type yyextra;
-	core_yyscan_t scanner;
-	core_YYSTYPE yylval;
-	YYLTYPE		yylloc;
-	int			depth = 0;
-	int			end;
+	QueryScan	scan;
+	int			tok;
+	int			at = 0;
 	char	   *text;
 	List	   *raw;
 	ResTarget  *rt = NULL;
 
 	if (start < 0)
 		QueryRefuse("an expression without a place in the query", "Write the expression out.");
-	end = strlen(plan->query);
-	scanner = scanner_init(plan->query + start, &yyextra, &ScanKeywords, ScanKeywordTokens);
-	for (;;)
-	{
-		int			tok = core_yylex(&yylval, &yylloc, scanner);
-
-		if (tok == 0)
-			break;
-		if (tok == '(' || tok == '[')
-			depth++;
-		else if ((tok == ')' || tok == ']') && --depth < 0)
-			break;
-		if (depth == 0 && (tok == ',' || tok == AS || tok == FROM || tok == WHERE ||
-						   tok == GROUP_P || tok == HAVING || tok == ORDER || tok == ';'))
-			break;
-	}
-	if (depth < 0 || end > start + yylloc)
-		end = start + yylloc;
-	scanner_finish(scanner);
-	while (end > start && scanner_isspace(plan->query[end - 1]))
-		end--;
-	text = pnstrdup(plan->query + start, end - start);
+	ScanStart(&scan, plan->query + start);
+	while ((tok = ScanNext(&scan, &at)) != 0 && scan.depth >= 0 &&
+		   !(scan.depth == 0 && (tok == ',' || tok == AS || tok == FROM || tok == WHERE ||
+								 tok == GROUP_P || tok == HAVING || tok == ORDER || tok == ';')))
+		;
+	scanner_finish(scan.scanner);
+	text = CutText(plan->query, start, tok == 0 ? (int) strlen(plan->query) : start + at);
 
 	raw = raw_parser(psprintf("SELECT %s", text), RAW_PARSE_DEFAULT);
 	if (list_length(raw) == 1 && IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt) &&
@@ -359,15 +392,24 @@ TakeWindow(QueryPlan *plan, Node *node)
 }
 
 /*
+ * QueryNameIndex returns the index of name among n names, or -1.
+ */
+int
+QueryNameIndex(char **names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+/*
  * IsDimension tells whether name is a dimension of the plan so far.
  */
 static bool
 IsDimension(QueryPlan *plan, const char *name)
 {
-	for (int i = 0; i < plan->ndims; i++)
-		if (strcmp(plan->dims[i], name) == 0)
-			return true;
-	return false;
+	return QueryNameIndex(plan->dims, plan->ndims, name) >= 0;
 }
 
 /*
@@ -589,7 +631,7 @@ TakeComputed(QueryPlan *plan, FuncCall *fc, const char *fn, const char *name, co
 	MeasureWalk w = {plan, alias};
 
 	if (fc->agg_distinct && col == NULL)
-		QueryRefuse(psprintf("count(DISTINCT) of an expression"), "Count the distinct values of a column.");
+		QueryRefuse("count(DISTINCT) of an expression", "Count the distinct values of a column.");
 	if (arg == NULL || (col != NULL && !fc->agg_distinct && strcmp(fn, "count") == 0 &&
 						(IsStreamColumn(col) || IsDimension(plan, col))))
 		what = "1";				/* count of what is never NULL */
@@ -857,39 +899,32 @@ WhereColumns(Node *node, WhereWalk *w)
 static char *
 WhereText(const char *query)
 {
-	core_yy_extra_type yyextra;
-	core_yyscan_t scanner = scanner_init(query, &yyextra, &ScanKeywords, ScanKeywordTokens);
-	core_YYSTYPE yylval;
-	YYLTYPE		yylloc;
-	int			depth = 0;
+	QueryScan	scan;
+	int			tok;
+	int			at = 0;
 	int			start = -1;
 	int			end = strlen(query);
 
-	for (;;)
+	ScanStart(&scan, query);
+	while ((tok = ScanNext(&scan, &at)) != 0)
 	{
-		int			tok = core_yylex(&yylval, &yylloc, scanner);
-
-		if (tok == 0)
-			break;
-		if (tok == '(' || tok == '[')
-			depth++;
-		else if (tok == ')' || tok == ']')
-			depth--;
-		else if (depth == 0 && tok == WHERE && start < 0)
-			start = yylloc + strlen("where");
-		else if (depth == 0 && start >= 0 &&
+		if (scan.depth != 0)
+			continue;
+		if (tok == WHERE && start < 0)
+			start = at + strlen("where");
+		else if (start >= 0 &&
 				 (tok == GROUP_P || tok == HAVING || tok == WINDOW || tok == ORDER ||
 				  tok == LIMIT || tok == OFFSET || tok == FETCH || tok == FOR ||
 				  tok == UNION || tok == INTERSECT || tok == EXCEPT || tok == ';'))
 		{
-			end = yylloc;
+			end = at;
 			break;
 		}
 	}
-	scanner_finish(scanner);
+	scanner_finish(scan.scanner);
 	if (start < 0)
 		elog(ERROR, "could not find the WHERE clause of the query");
-	return pnstrdup(query + start, end - start);
+	return CutText(query, start, end);
 }
 
 /*
@@ -913,11 +948,9 @@ WhereClause(const char *where)
 List *
 QueryConjuncts(const char *where, List **nodes)
 {
-	core_yy_extra_type yyextra;
-	core_yyscan_t scanner = scanner_init(where, &yyextra, &ScanKeywords, ScanKeywordTokens);
-	core_YYSTYPE yylval;
-	YYLTYPE		yylloc;
-	int			depth = 0;
+	QueryScan	scan;
+	int			tok;
+	int			at = 0;
 	int			start = 0;
 	bool		between = false;
 	List	   *texts = NIL;
@@ -925,26 +958,19 @@ QueryConjuncts(const char *where, List **nodes)
 	List	   *args;
 	ListCell   *lc;
 
-	for (;;)
+	ScanStart(&scan, where);
+	while ((tok = ScanNext(&scan, &at)) != 0)
 	{
-		int			tok = core_yylex(&yylval, &yylloc, scanner);
-
-		if (tok == 0)
-			break;
-		if (tok == '(' || tok == '[')
-			depth++;
-		else if (tok == ')' || tok == ']')
-			depth--;
-		else if (depth == 0 && tok == BETWEEN)
+		if (scan.depth == 0 && tok == BETWEEN)
 			between = true;
-		else if (depth == 0 && tok == AND)
+		else if (scan.depth == 0 && tok == AND)
 		{
-			texts = lappend(texts, pnstrdup(where + start, yylloc - start));
-			start = yylloc + strlen("and");
+			texts = lappend(texts, CutText(where, start, at));
+			start = at + strlen("and");
 		}
 	}
-	scanner_finish(scanner);
-	texts = lappend(texts, pstrdup(where + start));
+	scanner_finish(scan.scanner);
+	texts = lappend(texts, CutText(where, start, strlen(where)));
 	args = IsA(whole, BoolExpr) && ((BoolExpr *) whole)->boolop == AND_EXPR ?
 		((BoolExpr *) whole)->args : list_make1(whole);
 	*nodes = NIL;
@@ -1221,18 +1247,6 @@ QueryRefuseInView(Pipeline *p, const char *what, const char *hint)
 }
 
 /*
- * InNames tells whether name is one of n names.
- */
-static bool
-InNames(char **names, int n, const char *name)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(names[i], name) == 0)
-			return true;
-	return false;
-}
-
-/*
  * exactonce_create_view_as creates view <name> of a pipeline from a query
  * over its stream: create_view under <name>_cells, and the query's columns
  * over it.
@@ -1280,10 +1294,10 @@ exactonce_create_view_as(PG_FUNCTION_ARGS)
 	if (plan->ndistinct > 0)
 		QueryRefuseInView(p, "count(DISTINCT)", "Distinct counts do not add up across cells: read them from the pipeline's result.");
 	for (int i = 0; i < plan->ndims; i++)
-		if (!InNames(p->dims, p->ndims, plan->dims[i]))
+		if (QueryNameIndex(p->dims, p->ndims, plan->dims[i]) < 0)
 			QueryRefuseInView(p, psprintf("grouping by \"%s\"", plan->dims[i]), "Group by dimensions the pipeline keeps.");
 	for (int i = 0; i < plan->nmeasures; i++)
-		if (!InNames(p->measures, p->nmeasures, plan->measures[i]))
+		if (QueryNameIndex(p->measures, p->nmeasures, plan->measures[i]) < 0)
 			QueryRefuseInView(p, psprintf("measure \"%s\"", plan->measures[i]), "Aggregate value or a measure the pipeline keeps.");
 	for (int i = 0; i < plan->nminmax; i++)
 	{
@@ -1295,7 +1309,7 @@ exactonce_create_view_as(PG_FUNCTION_ARGS)
 			QueryRefuseInView(p, psprintf("min or max of \"%s\"", plan->minmax[i]), "The pipeline keeps min and max only of its min_max columns.");
 	}
 	for (int i = 0; i < plan->nextra; i++)
-		if (!InNames(p->dims, p->ndims, plan->extra[i]))
+		if (QueryNameIndex(p->dims, p->ndims, plan->extra[i]) < 0)
 			QueryRefuseInView(p, psprintf("column \"%s\" in WHERE", plan->extra[i]), "Filter a view on the pipeline's dimensions.");
 
 	InitFunctionCallInfoData(*create, NULL, 4, InvalidOid, NULL, NULL);

@@ -74,6 +74,7 @@ typedef struct QueryPlan
 								 * keeps more groupings than the query has */
 } QueryPlan;
 
+extern int	QueryNameIndex(char **names, int n, const char *name);
 extern List *QueryConjuncts(const char *where, List **nodes);
 extern void QueryPlanOf(QueryPlan *plan, const char *query, bool latest);
 extern char *QueryResultView(QueryPlan *plan, const char *name, const char *query);

@@ -70,7 +70,7 @@ exactonce_state_upsert(PG_FUNCTION_ARGS)
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
-	EventCheckWhere(p, false, "exactonce.state_upsert()");
+	EventCheckComputed(p, false, "exactonce.state_upsert()");
 	PipelineActAsOwner(p);
 	events = EventsFromArray(p, arr, &nevents);
 

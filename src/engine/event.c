@@ -423,16 +423,17 @@ EventDeadLetters(Pipeline *p, DeadLetter *dl, int n)
 }
 
 /*
- * EventCheckWhere refuses events that do not reach the queue's INSERT whole,
- * for a pipeline declared with a WHERE: only that INSERT computes
- * EV_WHERE_COLUMN, from every column of the row.  Events from a caller's
+ * EventCheckComputed refuses events that do not reach the queue's INSERT
+ * whole, for a pipeline whose queue computes columns (a declared query's
+ * keys, FILTERs and aggregated expressions) or its WHERE: only that INSERT
+ * computes them, EV_WHERE_COLUMN from every column of the row.  Events from a caller's
  * array applied straight to state (into_queue false) never get it; events
  * inserted by ingest() (into_queue) carry only the event's columns, so a
  * column the WHERE may read beyond those would be NULL and the event
  * silently out.  Either is refused rather than counted wrong.
  */
 void
-EventCheckWhere(Pipeline *p, bool into_queue, const char *what)
+EventCheckComputed(Pipeline *p, bool into_queue, const char *what)
 {
 	Relation	rel = table_open(p->ingest, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);

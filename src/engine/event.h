@@ -101,6 +101,6 @@ extern void EventAppendUnnest(StringInfo sql, Pipeline *p, int extra);
 extern void EventArrays(Pipeline *p, Event **events, int n, Datum *values,
 						Oid *types);
 extern void EventDeadLetters(Pipeline *p, DeadLetter *dl, int n);
-extern void EventCheckWhere(Pipeline *p, bool into_queue, const char *what);
+extern void EventCheckComputed(Pipeline *p, bool into_queue, const char *what);
 
 #endif							/* EXACTONCE_EVENT_H */
