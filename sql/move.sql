@@ -162,6 +162,20 @@ ALTER USER MAPPING FOR mv_fdw SERVER mv_node OPTIONS (ADD password 'secret');
 SET ROLE mv_fdw;
 SELECT pg_temp.err($$SELECT exactonce.create_distributed_pipeline('mvd', ARRAY['d'], ARRAY['mv_node']::name[])$$) LIKE '08001: could not connect to server "mv_node"%' AS tries_to_connect;
 RESET ROLE;
+
+-- the coordinator's ingest forwards events only from a partition of a
+-- pipeline's owner to one of its nodes; its queue is not read there
+SELECT pg_temp.err($$CREATE FOREIGN TABLE fw_bad (key text) SERVER exactonce_forward OPTIONS (host 'x')$$);
+SELECT pg_temp.err($$CREATE FOREIGN TABLE fw_bad (key text) SERVER exactonce_forward OPTIONS (server 'nowhere')$$);
+CREATE SCHEMA mv_fdw AUTHORIZATION mv_fdw;
+SET ROLE mv_fdw;
+CREATE FOREIGN TABLE mv_fdw.ingest (key text, version bigint) SERVER exactonce_forward OPTIONS (server 'mv_node');
+SELECT pg_temp.err($$INSERT INTO mv_fdw.ingest VALUES ('k', 1)$$);
+SELECT pg_temp.err($$SELECT * FROM mv_fdw.ingest$$);
+SELECT pg_temp.err($$DELETE FROM mv_fdw.ingest$$);
+SELECT pg_temp.err($$INSERT INTO mv_fdw.ingest VALUES ('k', 1) ON CONFLICT DO NOTHING$$);
+RESET ROLE;
+DROP SCHEMA mv_fdw CASCADE;
 DROP USER MAPPING FOR mv_fdw SERVER mv_node;
 DROP SERVER mv_node;
 DROP ROLE mv_fdw;

@@ -93,7 +93,7 @@ CREATE INDEX planted ON old.ingest_0 (old.in_index(key));
 CREATE TRIGGER planted AFTER UPDATE ON old.shard FOR EACH ROW EXECUTE FUNCTION old.on_row();
 TRUNCATE old.ran_as;
 RESET ROLE;
-ALTER EXTENSION exactonce UPDATE;
+ALTER EXTENSION exactonce UPDATE TO '1.10';
 -- the planted code ran during the update, as the owner only, to no avail
 SELECT who, what FROM old.ran_as GROUP BY 1, 2 ORDER BY 1, 2;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_upgrade_owner';
@@ -123,6 +123,34 @@ SELECT exactonce.drop_pipeline('renamed', true);
 SELECT pg_get_function_arguments('exactonce.create_pipeline(text,text[],text,integer,text[],text[],text[],interval,interval,text)'::regprocedure) LIKE '%shards integer DEFAULT NULL::integer%' AS shards_default_null;
 -- 1.10: a running pipeline declared anew by a query
 SELECT 'exactonce.alter_pipeline_as(text,text)'::regprocedure;
+-- 1.11: the partitions of a distributed pipeline's ingest are made anew on
+-- exactonce_forward, naming their node's server, with their bounds and owner
+CREATE EXTENSION postgres_fdw;
+CREATE SERVER up_node FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '/nonexistent', dbname 'x');
+CREATE SCHEMA dist AUTHORIZATION regress_upgrade_owner;
+CREATE TABLE dist.ingest (key text COLLATE "C" NOT NULL, version bigint NOT NULL, value numeric NOT NULL,
+	d text NOT NULL) PARTITION BY HASH (key);
+CREATE FOREIGN TABLE dist.ingest_2_0 PARTITION OF dist.ingest FOR VALUES WITH (MODULUS 2, REMAINDER 0)
+	SERVER up_node OPTIONS (schema_name 'dist', table_name 'ingest');
+CREATE FOREIGN TABLE dist.ingest_4_1 PARTITION OF dist.ingest FOR VALUES WITH (MODULUS 4, REMAINDER 1)
+	SERVER up_node OPTIONS (schema_name 'dist', table_name 'ingest');
+ALTER TABLE dist.ingest OWNER TO regress_upgrade_owner;
+ALTER FOREIGN TABLE dist.ingest_2_0 OWNER TO regress_upgrade_owner;
+ALTER FOREIGN TABLE dist.ingest_4_1 OWNER TO regress_upgrade_owner;
+INSERT INTO exactonce.distributed_pipeline (name, owner, servers, dimensions, measures, min_max)
+VALUES ('dist', 'regress_upgrade_owner'::regrole, '{up_node}', '{d}', '{}', '{}');
+ALTER EXTENSION exactonce UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid
+	JOIN pg_foreign_server s ON s.oid = f.ftserver
+WHERE i.inhparent = 'dist.ingest'::regclass ORDER BY 1;
+SELECT count(*) AS extension_members FROM pg_depend
+WHERE classid = 'pg_class'::regclass AND objid IN ('dist.ingest_2_0'::regclass, 'dist.ingest_4_1'::regclass) AND deptype = 'e';
+DROP SCHEMA dist CASCADE;
+DELETE FROM exactonce.distributed_pipeline;
+DROP SERVER up_node;
+DROP EXTENSION postgres_fdw;
 -- the pipeline goes on: the other 60 of partition 0, then the 10 waiting
 SET ROLE regress_upgrade_owner;
 SELECT exactonce.flush('old');

@@ -7,10 +7,11 @@
  * node, drained there by its own workers, and at the coordinator a schema
  * of the same name with:
  *	 - ingest, partitioned BY HASH (key COLLATE "C"), whose partitions are
- *	   postgres_fdw foreign tables on the nodes' queues: an INSERT or COPY
- *	   routes each event by PostgreSQL's hash partitioning of its key, the
- *	   same function everywhere, so all events of a key, its state and its
- *	   contribution to the cells live on one node;
+ *	   foreign tables of exactonce_forward on the nodes' queues (forward.c):
+ *	   an INSERT or COPY routes each event by PostgreSQL's hash partitioning
+ *	   of its key, the same function everywhere, so all events of a key, its
+ *	   state and its contribution to the cells live on one node, and sends
+ *	   each node its events of the statement in one COPY;
  *	 - aggregates, a view summing the nodes' cells per cell and level: each
  *	   node's cells are exact for its keys, and the keys of two nodes never
  *	   meet, so the sums are exact; so are the sums and counts of measures
@@ -19,9 +20,8 @@
  *	   seen on two nodes would count twice) and are refused;
  *	 - nodes, a view of each node's row of exactonce.pipelines.
  * A node that is down makes an insert for its keys, or a read of the
- * aggregates, fail with an error that names its server (postgres_fdw's, on
- * connecting; one that goes down mid-transaction fails it without the
- * name); nothing partial is returned.  A producer whose statement failed
+ * aggregates, fail with an error that names its server; nothing partial is
+ * returned.  A producer whose statement failed
  * resends it: the events that reached a node before are duplicates there.
  *
  * The nodes are reached through node.c, always as the pipeline's owner.
@@ -442,7 +442,9 @@ BuildCoordinatorDDL(Distributed *d)
 
 /*
  * CoordinatorPartitionDDL returns the statement that makes the partition of
- * ingest for the keys of hash remainder r of modulus m, on a server.
+ * ingest for the keys of hash remainder r of modulus m, on a server: a
+ * foreign table of exactonce_forward (forward.c), which sends each
+ * statement's events to the node in one COPY.
  */
 char *
 CoordinatorPartitionDDL(Distributed *d, int m, int r, const char *server)
@@ -451,9 +453,9 @@ CoordinatorPartitionDDL(Distributed *d, int m, int r, const char *server)
 
 	return psprintf("CREATE FOREIGN TABLE %1$s.%2$s PARTITION OF %1$s.ingest"
 					" FOR VALUES WITH (MODULUS %3$d, REMAINDER %4$d)"
-					" SERVER %5$s OPTIONS (schema_name %6$s, table_name 'ingest');\n",
+					" SERVER exactonce_forward OPTIONS (server %5$s);\n",
 					s, quote_identifier(psprintf("ingest_%d_%d", m, r)), m, r,
-					quote_identifier(server), quote_literal_cstr(d->name));
+					quote_literal_cstr(server));
 }
 
 /*

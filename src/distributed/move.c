@@ -708,7 +708,8 @@ FindPartition(Distributed *d, int32 modulus, int32 remainder)
 	Partition	part = {0};
 
 	if (SPI_execute_with_args("SELECT c.relname::pg_catalog.text, pg_catalog.pg_get_expr(c.relpartbound, c.oid),"
-							  " s.srvname::pg_catalog.text"
+							  " COALESCE((SELECT o.option_value FROM pg_catalog.pg_options_to_table(f.ftoptions) o"
+							  "  WHERE o.option_name OPERATOR(pg_catalog.=) 'server'), s.srvname)::pg_catalog.text"
 							  " FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid"
 							  " JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid"
 							  " JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver"

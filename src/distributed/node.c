@@ -147,13 +147,24 @@ NodeConnect(Oid owner, const char *servername)
 /*
  * NodeResult waits for the last result of the query sent on conn, on the
  * latch and the socket, so that a cancel, a timeout or a shutdown
- * interrupts the wait.
+ * interrupts the wait.  What a nonblocking connection has not sent yet is
+ * sent first.  A COPY's start is returned as it comes: the data follow.
  */
 static PGresult *
 NodeResult(PGconn *conn)
 {
 	PGresult   *last = NULL;
+	int			flushed;
 
+	while ((flushed = PQflush(conn)) == 1)
+	{
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_EXIT_ON_PM_DEATH,
+								 PQsocket(conn), -1L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (flushed < 0)
+		return NULL;
 	for (;;)
 	{
 		PGresult   *res;
@@ -175,26 +186,28 @@ NodeResult(PGconn *conn)
 			return last;
 		PQclear(last);
 		last = res;
+		if (PQresultStatus(res) == PGRES_COPY_IN)
+			return res;
 	}
 }
 
 /*
- * NodeRun runs one statement with text parameters on an open connection to
- * the node of a server and returns its result, which the caller clears.  An
- * error there is raised here, with its SQLSTATE, naming the server.
+ * NodeWait returns the result of what was sent on an open connection to the
+ * node of a server, which the caller clears.  An error there is raised
+ * here, with its SQLSTATE, naming the server; a lost connection is 08006.
  * Interrupted, it cancels the statement on the node.
  */
 PGresult *
-NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, const char **params)
+NodeWait(PGconn *conn, const char *servername)
 {
 	PGresult   *volatile res = NULL;
 	char	   *error;
-	char	   *volatile sqlstate = NULL;
+	int			code = ERRCODE_FDW_ERROR;
+	const char *sqlstate;
 
 	PG_TRY();
 	{
-		if (PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-			res = NodeResult(conn);
+		res = NodeResult(conn);
 	}
 	PG_CATCH();
 	{
@@ -211,18 +224,34 @@ NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, cons
 	}
 	PG_END_TRY();
 
-	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK))
+	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK ||
+						PQresultStatus(res) == PGRES_COPY_IN))
 		return res;
-	error = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-	if (res && PQresultErrorField(res, PG_DIAG_SQLSTATE))
-		sqlstate = pstrdup(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+	error = pchomp(res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	if (sqlstate && strlen(sqlstate) == 5)
+		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
+	else if (PQstatus(conn) == CONNECTION_BAD)
+		code = ERRCODE_CONNECTION_FAILURE;
 	PQclear(res);
 	ereport(ERROR,
-			(errcode(sqlstate && strlen(sqlstate) == 5 ?
-					 MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]) :
-					 ERRCODE_FDW_ERROR),
+			(errcode(code),
 			 errmsg("on server \"%s\": %s", servername, error)));
 	pg_unreachable();
+}
+
+/*
+ * NodeRun runs one statement with text parameters on an open connection to
+ * the node of a server and returns its result, as NodeWait does.
+ */
+PGresult *
+NodeRun(PGconn *conn, const char *servername, const char *sql, int nparams, const char **params)
+{
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		ereport(ERROR,
+				(errcode(PQstatus(conn) == CONNECTION_BAD ? ERRCODE_CONNECTION_FAILURE : ERRCODE_FDW_ERROR),
+				 errmsg("on server \"%s\": %s", servername, pchomp(PQerrorMessage(conn)))));
+	return NodeWait(conn, servername);
 }
 
 /*

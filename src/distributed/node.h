@@ -11,6 +11,7 @@
 #include "libpq-fe.h"
 
 extern PGconn *NodeConnect(Oid owner, const char *servername);
+extern PGresult *NodeWait(PGconn *conn, const char *servername);
 extern PGresult *NodeRun(PGconn *conn, const char *servername, const char *sql,
 						 int nparams, const char **params);
 extern char *NodeValue(PGresult *res, int col);

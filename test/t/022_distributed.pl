@@ -117,6 +117,70 @@ for my $round (1 .. 6)
 	}
 }
 
+# one COPY per node per statement: COPY and INSERT through the coordinator
+# report every row they take
+$coord->safe_psql($db,
+	q{CREATE FUNCTION taken(sql text) RETURNS bigint LANGUAGE plpgsql AS $$
+	DECLARE n bigint; BEGIN EXECUTE sql; GET DIAGNOSTICS n = ROW_COUNT; RETURN n; END $$});
+my $copyfile = $coord->basedir . '/round.copy';
+my $round = ExactonceTest::events_sql(30001, 30500);
+$coord->safe_psql($db, "COPY ($round) TO '$copyfile'; INSERT INTO truth $round; INSERT INTO sent VALUES (500)");
+is( $coord->safe_psql(
+		$db,
+		"SELECT taken('COPY trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) FROM ''$copyfile''')"
+	),
+	'500',
+	'COPY through the coordinator reports the rows it sent to the nodes');
+is( $coord->safe_psql(
+		$db,
+		"SELECT taken('INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
+		 SELECT * FROM truth WHERE version BETWEEN 30001 AND 30100'); INSERT INTO sent VALUES (100)"),
+	'100',
+	'and so does INSERT (the resent rows are duplicates on the nodes)');
+
+# the nodes follow the producer's savepoints: what was rolled back at the
+# coordinator never lands; a row a node refuses fails the statement with
+# the node's error, naming it, and a savepoint takes it back
+$round = ExactonceTest::events_sql(30501, 30600);
+$coord->safe_psql(
+	$db, qq{
+CREATE TABLE caught (state text, msg text);
+BEGIN;
+INSERT INTO truth $round;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $round;
+INSERT INTO sent VALUES (100);
+SAVEPOINT s;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
+	SELECT key, version + 1000000, value + 1, risk_type, region, trade_desk, deleted FROM ($round) e;
+ROLLBACK TO s;
+DO \$\$ BEGIN
+	INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+		SELECT 'k' || i, 2000000, 1, CASE WHEN i = 50 THEN NULL ELSE 'Delta' END, 'AMER', 'FXSpot'
+		FROM generate_series(1, 100) i;
+EXCEPTION WHEN others THEN INSERT INTO caught VALUES (SQLSTATE, SQLERRM);
+END \$\$;
+COMMIT});
+like($coord->safe_psql($db, q{SELECT state || ' ' || msg FROM caught}),
+	qr/^23502 on server "node[12]": .*null value in column "risk_type"/,
+	'a row a node refuses fails the statement with the node\'s error, naming the node');
+
+# a node that goes away while a transaction has sent it events fails that
+# transaction with an error naming it; nothing of it lands anywhere
+my $k2 = $coord->safe_psql($db,
+	"SELECT key FROM (SELECT 'solo' || i AS key FROM generate_series(1, 100) i) k
+	 WHERE satisfies_hash_partition('trades.ingest'::regclass, 2, 1, key::text COLLATE \"C\") LIMIT 1");
+my ($bin, $bout, $berr) = ('', '', '');
+my $bpsql = IPC::Run::start([ 'psql', '-XAtq', '-d', $coord->connstr($db), '-f', '-' ],
+	'<', \$bin, '>', \$bout, '2>', \$berr);
+$bin .= "BEGIN; INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+	SELECT '$k2', i, 1, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 10) i; SELECT 'sent';\n";
+$bpsql->pump until $bout =~ /sent/;
+$nodes[1]->stop('immediate');
+$bin .= "COMMIT;\n";
+$bpsql->finish;
+like($berr, qr/server "node2"/, 'node2 gone mid-transaction: the commit fails, naming node2');
+$nodes[1]->start;
+
 # keys move while a producer sends rounds 7 to 10 through the coordinator
 push @nodes, eo_node('node3');
 $nodes[2]->safe_psql($db, 'CREATE EXTENSION exactonce');
@@ -131,14 +195,14 @@ my ($pout, $perr) = ('', '');
 my $producer = IPC::Run::start(
 	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $coord->connstr($db), '-f', $script ],
 	'>', \$pout, '2>', \$perr);
-$coord->poll_query_until($db, 'SELECT max(version) > 12000 FROM truth');
+$coord->poll_query_until($db, 'SELECT max(version) > 12000 FROM truth WHERE version <= 20000');
 my $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 3, 'node3')");
 cmp_ok($moved, '>', 0, "keys (4, 3) move from node2 to node3, a new node, while events arrive ($moved keys)");
-$coord->poll_query_until($db, 'SELECT max(version) > 14000 FROM truth');
+$coord->poll_query_until($db, 'SELECT max(version) > 14000 FROM truth WHERE version <= 20000');
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node2')");
 cmp_ok($moved, '>', 0, "keys (4, 2) move from node1 to node2 while events arrive ($moved keys)");
 ok($producer->finish, 'the producer sent every round') or diag($perr);
-is($coord->safe_psql($db, 'SELECT max(version) FROM truth'), '20000', 'round 10 included');
+is($coord->safe_psql($db, 'SELECT max(version) FROM truth WHERE version <= 20000'), '20000', 'round 10 included');
 is($coord->safe_psql($db, 'SELECT servers FROM exactonce.distributed_pipeline'),
 	'{node1,node2,node3}', 'node3 is a node of the pipeline now');
 
@@ -171,11 +235,12 @@ is(join(',', map { $_->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts') 
 	'0,0,0', 'no prepared transaction is left on any node');
 is( $coord->safe_psql(
 		$db, q{
-SELECT string_agg(pg_get_expr(c.relpartbound, c.oid) || ' ' || s.srvname, '; '
+SELECT string_agg(pg_get_expr(c.relpartbound, c.oid) || ' ' || o.option_value, '; '
 	ORDER BY pg_get_expr(c.relpartbound, c.oid))
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-	JOIN pg_foreign_table f ON f.ftrelid = c.oid JOIN pg_foreign_server s ON s.oid = f.ftserver
-WHERE i.inhparent = 'trades.ingest'::regclass}),
+	JOIN pg_foreign_table f ON f.ftrelid = c.oid JOIN pg_foreign_server s ON s.oid = f.ftserver,
+	pg_options_to_table(f.ftoptions) o
+WHERE i.inhparent = 'trades.ingest'::regclass AND s.srvname = 'exactonce_forward' AND o.option_name = 'server'}),
 	'FOR VALUES WITH (modulus 4, remainder 0) node1; FOR VALUES WITH (modulus 4, remainder 1) node2; '
 	  . 'FOR VALUES WITH (modulus 8, remainder 2) node3; FOR VALUES WITH (modulus 8, remainder 3) node3; '
 	  . 'FOR VALUES WITH (modulus 8, remainder 6) node2; FOR VALUES WITH (modulus 8, remainder 7) node1',
