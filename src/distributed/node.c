@@ -192,6 +192,29 @@ NodeResult(PGconn *conn)
 }
 
 /*
+ * NodeRaise raises a node's error, or the connection's, with its SQLSTATE
+ * (08006 for a lost connection), naming the server; it clears res.
+ */
+static void
+NodeRaise(PGconn *conn, const char *servername, PGresult *res)
+{
+	char	   *error;
+	int			code = ERRCODE_FDW_ERROR;
+	const char *sqlstate;
+
+	error = pchomp(res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	if (sqlstate && strlen(sqlstate) == 5)
+		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
+	else if (PQstatus(conn) == CONNECTION_BAD)
+		code = ERRCODE_CONNECTION_FAILURE;
+	PQclear(res);
+	ereport(ERROR,
+			(errcode(code),
+			 errmsg("on server \"%s\": %s", servername, error)));
+}
+
+/*
  * NodeWait returns the result of what was sent on an open connection to the
  * node of a server, which the caller clears.  An error there is raised
  * here, with its SQLSTATE, naming the server; a lost connection is 08006.
@@ -201,9 +224,6 @@ PGresult *
 NodeWait(PGconn *conn, const char *servername)
 {
 	PGresult   *volatile res = NULL;
-	char	   *error;
-	int			code = ERRCODE_FDW_ERROR;
-	const char *sqlstate;
 
 	PG_TRY();
 	{
@@ -227,16 +247,7 @@ NodeWait(PGconn *conn, const char *servername)
 	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK ||
 						PQresultStatus(res) == PGRES_COPY_IN))
 		return res;
-	error = pchomp(res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-	sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	if (sqlstate && strlen(sqlstate) == 5)
-		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
-	else if (PQstatus(conn) == CONNECTION_BAD)
-		code = ERRCODE_CONNECTION_FAILURE;
-	PQclear(res);
-	ereport(ERROR,
-			(errcode(code),
-			 errmsg("on server \"%s\": %s", servername, error)));
+	NodeRaise(conn, servername, res);
 	pg_unreachable();
 }
 
