@@ -16,8 +16,9 @@
  *	   node's cells are exact for its keys, and the keys of two nodes never
  *	   meet, so the sums are exact; so are the sums and counts of measures
  *	   (and their averages, computed from them), the min of the nodes' mins
- *	   and the max of their maxes.  Distinct counts do not merge (a value
- *	   seen on two nodes would count twice) and are refused;
+ *	   and the max of their maxes.  A distinct count does not add up (a
+ *	   value seen on two nodes would count twice): it is counted over the
+ *	   union of the values the nodes' table distincts hold for the cell;
  *	 - nodes, a view of each node's row of exactonce.pipelines.
  * A node that is down makes an insert for its keys, or a read of the
  * aggregates, fail with an error that names its server; nothing partial is
@@ -140,7 +141,8 @@ CoordinatorLoad(const char *name, Distributed *d)
 	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
 		return false;
-	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions, measures, min_max"
+	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions, measures, min_max, distinct_counts,"
+							  " window_width::pg_catalog.text, allowed_lateness::pg_catalog.text"
 							  " FROM exactonce.distributed_pipeline"
 							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
@@ -169,6 +171,13 @@ CoordinatorLoad(const char *name, Distributed *d)
 	d->nminmax = Min(n, 1 + EXACTONCE_MAX_MEASURES);
 	for (int i = 0; i < d->nminmax; i++)
 		d->min_max[i] = TextDatumGetCString(elems[i]);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull)),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	d->ndistinct = Min(n, EXACTONCE_MAX_DISTINCT);
+	for (int i = 0; i < d->ndistinct; i++)
+		d->distincts[i] = TextDatumGetCString(elems[i]);
+	d->window_width = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 8);
+	d->lateness = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 9);
 	d->stale = StaleReason(d);
 	return d->stale == NULL;
 }
@@ -321,6 +330,22 @@ CoordinatorRun(const char *name, const char *action, bool force, int64 *result)
 }
 
 /*
+ * CellDims returns the dimensions of a distributed pipeline's cells, the
+ * nodes' dimensions: with windows, window_start comes first.
+ */
+static int
+CellDims(Distributed *d, const char **dims)
+{
+	int			n = 0;
+
+	if (d->window_width != NULL)
+		dims[n++] = "window_start";
+	for (int i = 0; i < d->ndims; i++)
+		dims[n++] = d->dims[i];
+	return n;
+}
+
+/*
  * CoordinatorNodeDDL returns the statements that make the coordinator's
  * foreign tables of node i's cells and row of exactonce.pipelines.
  */
@@ -332,10 +357,13 @@ CoordinatorNodeDDL(Distributed *d, int i)
 	const char *srv = quote_identifier(d->servers[i]);
 	const char *remote = quote_literal_cstr(d->name);
 
+	const char *dims[EXACTONCE_MAX_DIMENSIONS + 1];
+	int			ndims = CellDims(d, dims);
+
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.aggregates_%d (", s, i);
-	for (int j = 0; j < d->ndims; j++)
-		appendStringInfo(&sql, "%s text, ", quote_identifier(d->dims[j]));
+	for (int j = 0; j < ndims; j++)
+		appendStringInfo(&sql, "%s text, ", quote_identifier(dims[j]));
 	appendStringInfoString(&sql, "level integer, total numeric, keys bigint, ");
 	for (int j = 0; j < d->nmeasures; j++)
 		appendStringInfo(&sql, "%s numeric, %s bigint, ",
@@ -353,7 +381,58 @@ CoordinatorNodeDDL(Distributed *d, int i)
 					 " last_error text)"
 					 " SERVER %3$s OPTIONS (schema_name 'exactonce', table_name 'pipelines');\n",
 					 s, i, srv, remote);
+	if (d->ndistinct > 0)
+		appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.distincts_%d (cell text[] COLLATE \"C\", col text COLLATE \"C\","
+						 " value text COLLATE \"C\", n bigint)"
+						 " SERVER %s OPTIONS (schema_name %s, table_name 'distincts');\n",
+						 s, i, srv, remote);
+	if (d->window_width != NULL)
+		appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.progress_%d (watermark timestamptz)"
+						 " SERVER %s OPTIONS (schema_name %s, table_name 'progress');\n",
+						 s, i, srv, remote);
 	return sql.data;
+}
+
+/*
+ * AppendWindowsView appends the view windows of a distributed pipeline with
+ * event-time windows: a node's, over the summed cells, where a window is
+ * final when it is final on every node, by the least of the nodes'
+ * watermarks (none while a node has no reading).
+ */
+static void
+AppendWindowsView(StringInfo sql, Distributed *d, const char **dims, int ndims)
+{
+	const char *s = quote_identifier(d->name);
+	const char *width = quote_literal_cstr(d->window_width);
+	const char *lateness = quote_literal_cstr(d->lateness);
+
+	appendStringInfo(sql, "CREATE OR REPLACE VIEW %1$s.windows AS SELECT a.window_start::pg_catalog.timestamptz AS window_start,"
+					 " a.window_start::pg_catalog.timestamptz OPERATOR(pg_catalog.+) %2$s::pg_catalog.interval AS window_end,"
+					 " a.window_start::pg_catalog.timestamptz OPERATOR(pg_catalog.+) %2$s::pg_catalog.interval"
+					 " OPERATOR(pg_catalog.+) %3$s::pg_catalog.interval OPERATOR(pg_catalog.<=) w.watermark AS final",
+					 s, width, lateness);
+	for (int i = 1; i < ndims; i++)
+		appendStringInfo(sql, ", a.%s", quote_identifier(dims[i]));
+	appendStringInfoString(sql, ", a.level, a.total, a.keys");
+	for (int j = 0; j < d->nmeasures; j++)
+		appendStringInfo(sql, ", a.%s, a.%s, a.%s",
+						 quote_identifier(psprintf("%s_sum", d->measures[j])),
+						 quote_identifier(psprintf("%s_count", d->measures[j])),
+						 quote_identifier(psprintf("%s_avg", d->measures[j])));
+	for (int j = 0; j < d->nminmax; j++)
+		appendStringInfo(sql, ", a.%s, a.%s",
+						 quote_identifier(psprintf("%s_min", d->min_max[j])),
+						 quote_identifier(psprintf("%s_max", d->min_max[j])));
+	for (int j = 0; j < d->ndistinct; j++)
+		appendStringInfo(sql, ", a.%s", quote_identifier(psprintf("%s_distinct", d->distincts[j])));
+	appendStringInfo(sql, ", a.updated_at FROM %s.aggregates a, (SELECT CASE WHEN pg_catalog.count(*)"
+					 " OPERATOR(pg_catalog.=) pg_catalog.count(watermark) THEN pg_catalog.min(watermark) END AS watermark"
+					 " FROM (", s);
+	for (int i = 0; i < d->nnodes; i++)
+		appendStringInfo(sql, "%sSELECT watermark FROM %s.progress_%d", i > 0 ? " UNION ALL " : "", s, i);
+	appendStringInfo(sql, ") u) w WHERE a.level OPERATOR(pg_catalog.>=) 1;\n"
+					 "COMMENT ON VIEW %s.windows IS 'exactonce: the summed aggregates of each window, with its end and whether it is final on every node: its end plus the allowed lateness is at or before each node''s watermark';\n",
+					 s);
 }
 
 /*
@@ -367,14 +446,25 @@ CoordinatorViewsDDL(Distributed *d)
 	StringInfoData dims;
 	const char *s = quote_identifier(d->name);
 	const char *remote = quote_literal_cstr(d->name);
+	const char *celldims[EXACTONCE_MAX_DIMENSIONS + 1];
+	int			ncelldims = CellDims(d, celldims);
 
 	initStringInfo(&dims);
-	for (int i = 0; i < d->ndims; i++)
-		appendStringInfo(&dims, "%s, ", quote_identifier(d->dims[i]));
+	for (int i = 0; i < ncelldims; i++)
+		appendStringInfo(&dims, "%s, ", quote_identifier(celldims[i]));
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "CREATE OR REPLACE VIEW %s.aggregates AS SELECT %slevel, pg_catalog.sum(total) AS total,"
+	appendStringInfo(&sql, "CREATE OR REPLACE VIEW %s.aggregates AS ", s);
+	if (d->ndistinct > 0)
+	{
+		appendStringInfoString(&sql, "SELECT c.*");
+		for (int j = 0; j < d->ndistinct; j++)
+			appendStringInfo(&sql, ", COALESCE(v.%1$s, 0) AS %1$s",
+							 quote_identifier(psprintf("%s_distinct", d->distincts[j])));
+		appendStringInfoString(&sql, " FROM (");
+	}
+	appendStringInfo(&sql, "SELECT %slevel, pg_catalog.sum(total) AS total,"
 					 " pg_catalog.sum(keys)::pg_catalog.int8 AS keys, ",
-					 s, dims.data);
+					 dims.data);
 	for (int j = 0; j < d->nmeasures; j++)
 	{
 		const char *sum = quote_identifier(psprintf("%s_sum", d->measures[j]));
@@ -393,15 +483,34 @@ CoordinatorViewsDDL(Distributed *d)
 	appendStringInfoString(&sql, "pg_catalog.max(updated_at) AS updated_at FROM (");
 	for (int i = 0; i < d->nnodes; i++)
 		appendStringInfo(&sql, "%sSELECT * FROM %s.aggregates_%d", i > 0 ? " UNION ALL " : "", s, i);
-	appendStringInfo(&sql, ") a GROUP BY %slevel;\n"
-					 "COMMENT ON VIEW %s.aggregates IS 'exactonce: the cells of all nodes, summed per cell and level; an error names a node that cannot be reached';\n"
+	appendStringInfo(&sql, ") a GROUP BY %slevel", dims.data);
+	if (d->ndistinct > 0)
+	{
+		/* a rollup's cell is the prefix of its dimensions: a node's key */
+		appendStringInfoString(&sql, ") c LEFT JOIN (SELECT cell");
+		for (int j = 0; j < d->ndistinct; j++)
+			appendStringInfo(&sql, ", pg_catalog.count(DISTINCT value) FILTER (WHERE col OPERATOR(pg_catalog.=) %s) AS %s",
+							 quote_literal_cstr(d->distincts[j]),
+							 quote_identifier(psprintf("%s_distinct", d->distincts[j])));
+		appendStringInfoString(&sql, " FROM (");
+		for (int i = 0; i < d->nnodes; i++)
+			appendStringInfo(&sql, "%sSELECT cell, col, value FROM %s.distincts_%d", i > 0 ? " UNION ALL " : "", s, i);
+		appendStringInfoString(&sql, ") u GROUP BY cell) v ON v.cell OPERATOR(pg_catalog.=) (ARRAY[");
+		for (int i = 0; i < ncelldims; i++)
+			appendStringInfo(&sql, "%sc.%s", i > 0 ? ", " : "", quote_identifier(celldims[i]));
+		appendStringInfoString(&sql, "]::pg_catalog.text[] COLLATE \"C\")[1:c.level]");
+	}
+	appendStringInfo(&sql, ";\n"
+					 "COMMENT ON VIEW %s.aggregates IS 'exactonce: the cells of all nodes, summed per cell and level; distinct counts over the union of the nodes'' values; an error names a node that cannot be reached';\n"
 					 "CREATE OR REPLACE VIEW %s.nodes AS ",
-					 dims.data, s, s);
+					 s, s);
 	for (int i = 0; i < d->nnodes; i++)
 		appendStringInfo(&sql, "%sSELECT %s::pg_catalog.name AS server, n.* FROM %s.node_%d n"
 						 " WHERE n.name OPERATOR(pg_catalog.=) %s",
 						 i > 0 ? " UNION ALL " : "", quote_literal_cstr(d->servers[i]), s, i, remote);
 	appendStringInfo(&sql, ";\nCOMMENT ON VIEW %s.nodes IS 'exactonce: each node''s row of exactonce.pipelines';\n", s);
+	if (d->window_width != NULL)
+		AppendWindowsView(&sql, d, celldims, ncelldims);
 	return sql.data;
 }
 
@@ -426,6 +535,8 @@ BuildCoordinatorDDL(Distributed *d)
 		appendStringInfo(&sql, ", %s text NOT NULL", quote_identifier(d->dims[i]));
 	for (int i = 0; i < d->nmeasures; i++)
 		appendStringInfo(&sql, ", %s numeric", quote_identifier(d->measures[i]));
+	for (int i = 0; i < d->ndistinct; i++)
+		appendStringInfo(&sql, ", %s text", quote_identifier(d->distincts[i]));
 	appendStringInfo(&sql, ", deleted boolean NOT NULL DEFAULT false,"
 					 " event_time timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"
 					 " PARTITION BY HASH (key);\n"
@@ -463,12 +574,12 @@ CoordinatorPartitionDDL(Distributed *d, int m, int r, const char *server)
  * pipeline, and returns true; false if it has none.  Its definition must be
  * the distributed pipeline's, and its keys those of hash partition i.
  * params are create_pipeline's: name, dimensions, mode, shards, measures,
- * min_max.
+ * min_max, distinct_counts.
  */
 static bool
 AdoptNodePipeline(Distributed *d, int i, const char **params)
 {
-	const char *check[6] = {params[0], params[1], params[2], params[4], params[5], NULL};
+	const char *check[6] = {params[0], params[1], params[2], params[4], params[5], params[6]};
 	char	   *same;
 	char	   *misplaced;
 
@@ -476,17 +587,17 @@ AdoptNodePipeline(Distributed *d, int i, const char **params)
 					"SELECT mode OPERATOR(pg_catalog.=) $3 AND dimensions OPERATOR(pg_catalog.=) $2::pg_catalog.text[]"
 					" AND measures OPERATOR(pg_catalog.=) $4::pg_catalog.text[]"
 					" AND min_max OPERATOR(pg_catalog.=) $5::pg_catalog.text[]"
-					" AND distinct_counts OPERATOR(pg_catalog.=) '{}' AND window_width IS NULL"
+					" AND distinct_counts OPERATOR(pg_catalog.=) $6::pg_catalog.text[] AND window_width IS NULL"
 					" AND grouping_sets OPERATOR(pg_catalog.=) 'rollup'"
 					" FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-					5, check);
+					6, check);
 	if (same == NULL)
 		return false;
 	if (strcmp(same, "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pipeline \"%s\" on server \"%s\" is not the one described", d->name, d->servers[i]),
-				 errdetail("A pipeline adopted as a node must have the mode, dimensions, measures and min_max given, no distinct counts, no windows and the rollup.")));
+				 errdetail("A pipeline adopted as a node must have the mode, dimensions, measures, min_max and distinct_counts given, no windows and the rollup.")));
 	check[0] = psprintf("%d", d->nnodes);
 	check[1] = psprintf("%d", i);
 	misplaced = NodeExec(d->owner, d->servers[i],
@@ -529,22 +640,19 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	MemoryContext cxt;
 	Oid			out;
 	bool		varlena;
-	Oid			types[6] = {TEXTOID, REGROLEOID, NAMEARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	Datum		values[6];
+	Oid			types[9] = {TEXTOID, REGROLEOID, NAMEARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	INTERVALOID, INTERVALOID};
+	Datum		values[9];
+	char		regnulls[9];
 	char	   *measures_text;
 	char	   *min_max_text;
+	char	   *distincts_text;
 
-	for (int i = 0; i < 9; i++)
-		if (PG_ARGISNULL(i))
+	for (int i = 0; i < 11; i++)
+		if (PG_ARGISNULL(i) && i != 9)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the arguments of create_distributed_pipeline must not be NULL")));
-	if (ArrayGetNItems(ARR_NDIM(PG_GETARG_ARRAYTYPE_P(7)), ARR_DIMS(PG_GETARG_ARRAYTYPE_P(7))) > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a distributed pipeline cannot keep distinct counts"),
-				 errdetail("Each node counts the distinct values of its own keys; a value seen on two nodes would count twice in their sum."),
-				 errhint("Count distinct values on one server, or keep them as a dimension.")));
 	d.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	getTypeOutputInfo(TEXTARRAYOID, &out, &varlena);
 	dims_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(1));
@@ -605,6 +713,18 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	d.nminmax = n;
 	for (int i = 0; i < n; i++)
 		d.min_max[i] = nulls[i] ? "" : TextDatumGetCString(elems[i]);
+	if (!PG_ARGISNULL(9))
+		d.window_width = DatumGetCString(DirectFunctionCall1(interval_out, PG_GETARG_DATUM(9)));
+	d.lateness = DatumGetCString(DirectFunctionCall1(interval_out, PG_GETARG_DATUM(10)));
+	distincts_text = OidOutputFunctionCall(out, PG_GETARG_DATUM(7));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(7), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > EXACTONCE_MAX_DISTINCT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a pipeline has at most %d distinct_counts columns", EXACTONCE_MAX_DISTINCT)));
+	d.ndistinct = n;
+	for (int i = 0; i < n; i++)
+		d.distincts[i] = nulls[i] ? "" : TextDatumGetCString(elems[i]);
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -631,7 +751,8 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	cxt = CurrentMemoryContext;
 	PG_TRY();
 	{
-		const char *params[6] = {d.name, dims_text, mode, shards, measures_text, min_max_text};
+		const char *params[9] = {d.name, dims_text, mode, shards, measures_text, min_max_text, distincts_text,
+		d.window_width, d.lateness};
 
 		/* each node checks the definition as create_pipeline does */
 		for (; made < d.nnodes; made++)
@@ -642,8 +763,9 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 				continue;
 			}
 			(void) NodeExec(d.owner, d.servers[made],
-							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
-							6, params);
+							"SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[], $7::text[],"
+							" $8::interval, $9::interval)",
+							9, params);
 		}
 	}
 	PG_CATCH();
@@ -667,11 +789,18 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	values[3] = PG_GETARG_DATUM(1);
 	values[4] = PG_GETARG_DATUM(5);
 	values[5] = PG_GETARG_DATUM(6);
+	values[6] = PG_GETARG_DATUM(7);
+	values[7] = PG_GETARG_DATUM(9);
+	memset(regnulls, ' ', sizeof(regnulls));
+	if (PG_ARGISNULL(9))
+		regnulls[7] = 'n';
+	values[8] = PG_GETARG_DATUM(10);
 	StatementExecAs(StatementTableOwner("distributed_pipeline"),
 					StatementPrepareFixed("INSERT INTO exactonce.distributed_pipeline"
-										  " (name, owner, servers, dimensions, measures, min_max)"
-										  " VALUES ($1::pg_catalog.name, $2, $3, $4, $5, $6)", 6, types),
-					values, NULL, false, 1);
+										  " (name, owner, servers, dimensions, measures, min_max, distinct_counts,"
+										  " window_width, allowed_lateness)"
+										  " VALUES ($1::pg_catalog.name, $2, $3, $4, $5, $6, $7, $8, $9)", 9, types),
+					values, regnulls, false, 1);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -28,6 +28,11 @@ typedef struct Distributed
 	int			nminmax;		/* value or measures: min of mins, max of
 								 * maxes */
 	char	   *min_max[1 + EXACTONCE_MAX_MEASURES];
+	int			ndistinct;		/* counted over the union of the nodes' values
+								 * of each cell */
+	char	   *distincts[EXACTONCE_MAX_DISTINCT];
+	char	   *window_width;	/* an interval, or NULL: no windows */
+	char	   *lateness;		/* the allowed lateness, an interval */
 } Distributed;
 
 extern bool CoordinatorRun(const char *name, const char *action, bool force, int64 *result);

@@ -924,7 +924,8 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 	{
 		res = NodeRun(mv->conns[0], mv->servers[0],
 					  psprintf("SELECT p.mode, (SELECT pg_catalog.count(*) FROM %s.shard)::pg_catalog.text,"
-							   " p.dimensions::pg_catalog.text, p.measures::pg_catalog.text, p.min_max::pg_catalog.text"
+							   " p.dimensions::pg_catalog.text, p.measures::pg_catalog.text, p.min_max::pg_catalog.text,"
+							   " p.distinct_counts::pg_catalog.text"
 							   " FROM exactonce.pipeline p WHERE p.name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							   quote_identifier(mv->name)), 1, params);
 		params[1] = NodeValue(res, 2);
@@ -932,9 +933,10 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 		params[3] = NodeValue(res, 1);
 		params[4] = NodeValue(res, 3);
 		params[5] = NodeValue(res, 4);
+		params[6] = NodeValue(res, 5);
 		PQclear(res);
-		MoveRun(mv, 1, "SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[])",
-				6, params);
+		MoveRun(mv, 1, "SELECT exactonce.create_pipeline($1, $2::text[], $3, $4::integer, $5::text[], $6::text[], $7::text[])",
+				7, params);
 	}
 	params[1] = psprintf("%d", mv->modulus);
 	params[2] = psprintf("%d", mv->remainder);

@@ -8,6 +8,10 @@
  * a foreign partition one row per round trip.  The partitions of existing
  * distributed pipelines are made anew, with the same bounds and owner,
  * belonging to the pipeline, not to the extension.
+ *
+ * A distributed pipeline keeps distinct counts (the coordinator counts each
+ * cell's distinct values over the union of the nodes' table distincts) and
+ * event-time windows (final at the coordinator when final on every node).
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.11'" to load this file. \quit
@@ -35,6 +39,31 @@ COMMENT ON SERVER exactonce_forward IS
 	'exactonce: the partitions of a distributed pipeline''s ingest at the coordinator; each names its node''s postgres_fdw server';
 -- a partition is served only if it is its pipeline's owner's, on one of its nodes
 GRANT USAGE ON FOREIGN SERVER exactonce_forward TO PUBLIC;
+
+ALTER TABLE exactonce.distributed_pipeline
+	ADD COLUMN distinct_counts text[] NOT NULL DEFAULT '{}';
+COMMENT ON COLUMN exactonce.distributed_pipeline.distinct_counts IS
+	'columns whose distinct values the nodes keep per cell: the coordinator counts each cell''s over the union of the nodes'' values';
+ALTER TABLE exactonce.distributed_pipeline
+	ADD COLUMN window_width interval,
+	ADD COLUMN allowed_lateness interval NOT NULL DEFAULT '0';
+COMMENT ON COLUMN exactonce.distributed_pipeline.window_width IS
+	'the width of the event-time windows the nodes keep, or NULL: a window is final at the coordinator when it is final on every node';
+
+DROP FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[], boolean);
+CREATE FUNCTION exactonce.create_distributed_pipeline(name text, dimensions text[], servers name[],
+													  mode text DEFAULT 'latest', shards integer DEFAULT 2,
+													  measures text[] DEFAULT '{}',
+													  min_max text[] DEFAULT '{}',
+													  distinct_counts text[] DEFAULT '{}',
+													  adopt boolean DEFAULT false,
+													  window_width interval DEFAULT NULL,
+													  allowed_lateness interval DEFAULT '0')
+RETURNS void
+AS 'MODULE_PATHNAME', 'exactonce_create_distributed_pipeline'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION exactonce.create_distributed_pipeline(text, text[], name[], text, integer, text[], text[], text[], boolean, interval, interval) IS
+	'create pipeline "name" on the node of each postgres_fdw foreign server and, here, schema "name": ingest partitioned by hash of key over foreign tables of exactonce_forward on the nodes'' queues (each statement''s events go to each node in one COPY), aggregates summing the nodes'' cells (sums and counts of measures summed, averages from them, min of mins, max of maxes, distinct counts over the union of the nodes'' values of the cell), nodes, each node''s row of exactonce.pipelines, and with window_width (accumulate mode) windows, where a window is final when it is final on every node; with adopt, a node''s existing pipeline of the same definition, holding only its partition''s keys, becomes the node''s (so one server''s pipeline can be spread with move_keys); drop_pipeline, flush, pause, resume and move_keys act on every node, always with the owner''s user mappings (the caller''s here), whoever calls';
 
 -- the partitions of existing distributed pipelines, made anew on exactonce_forward
 DO $$
