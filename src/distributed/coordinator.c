@@ -330,11 +330,11 @@ CoordinatorRun(const char *name, const char *action, bool force, int64 *result)
 }
 
 /*
- * CellDims returns the dimensions of a distributed pipeline's cells, the
+ * GroupedDims returns the dimensions of a distributed pipeline's cells, the
  * nodes' dimensions: with windows, window_start comes first.
  */
 static int
-CellDims(Distributed *d, const char **dims)
+GroupedDims(Distributed *d, const char **dims)
 {
 	int			n = 0;
 
@@ -358,7 +358,7 @@ CoordinatorNodeDDL(Distributed *d, int i)
 	const char *remote = quote_literal_cstr(d->name);
 
 	const char *dims[EXACTONCE_MAX_DIMENSIONS + 1];
-	int			ndims = CellDims(d, dims);
+	int			ndims = GroupedDims(d, dims);
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.aggregates_%d (", s, i);
@@ -447,7 +447,7 @@ CoordinatorViewsDDL(Distributed *d)
 	const char *s = quote_identifier(d->name);
 	const char *remote = quote_literal_cstr(d->name);
 	const char *celldims[EXACTONCE_MAX_DIMENSIONS + 1];
-	int			ncelldims = CellDims(d, celldims);
+	int			ncelldims = GroupedDims(d, celldims);
 
 	initStringInfo(&dims);
 	for (int i = 0; i < ncelldims; i++)
