@@ -36,6 +36,7 @@
 #include "access/reloptions.h"
 #include "access/xact.h"
 #include "catalog/pg_foreign_table.h"
+#include "catalog/pg_type.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -92,6 +93,8 @@ typedef struct Target
 	int			natts;
 	AttrNumber *attnums;
 	FmgrInfo   *send;
+	Oid		   *types;			/* written directly: text, int8, bool,
+								 * timestamptz; others by their send */
 	MemoryContext rowcxt;
 } Target;
 
@@ -470,6 +473,7 @@ TargetOpen(Relation rel, CmdType operation)
 	t->link = LinkGet(d.owner, servername);
 	t->attnums = palloc(sizeof(AttrNumber) * desc->natts);
 	t->send = palloc(sizeof(FmgrInfo) * desc->natts);
+	t->types = palloc(sizeof(Oid) * desc->natts);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(name));
 	for (int i = 0; i < desc->natts; i++)
@@ -482,13 +486,14 @@ TargetOpen(Relation rel, CmdType operation)
 			continue;
 		getTypeBinaryOutputInfo(att->atttypid, &sendfn, &varlena);
 		fmgr_info(sendfn, &t->send[t->natts]);
+		t->types[t->natts] = att->atttypid;
 		t->attnums[t->natts] = att->attnum;
 		appendStringInfo(&sql, "%s%s", t->natts > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
 		t->natts++;
 	}
 	appendStringInfoString(&sql, ") FROM STDIN (FORMAT binary)");
 	t->copy_sql = sql.data;
-	t->rowcxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce forward row", ALLOCSET_SMALL_SIZES);
+	t->rowcxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce forward row", ALLOCSET_DEFAULT_SIZES);
 	return t;
 }
 
@@ -524,43 +529,88 @@ TargetCopy(Target *t)
 }
 
 /*
- * ForwardInsert appends an event to its node's COPY.
+ * AppendField appends one field of binary COPY: its length, then its bytes.
+ */
+static inline void
+AppendField(StringInfo buf, const char *data, int32 len)
+{
+	int32		n = pg_hton32(len);
+
+	enlargeStringInfo(buf, sizeof(n) + len);
+	memcpy(buf->data + buf->len, &n, sizeof(n));
+	memcpy(buf->data + buf->len + sizeof(n), data, len);
+	buf->len += sizeof(n) + len;
+	buf->data[buf->len] = '\0';
+}
+
+/*
+ * ForwardInsert appends an event to its node's COPY.  The columns of the
+ * queue's usual types are written as their send functions would write
+ * them (text as is: the connection's encoding is the database's), without
+ * allocating; others go through their send function.
  */
 static TupleTableSlot *
 ForwardInsert(EState *estate, ResultRelInfo *rinfo, TupleTableSlot *slot, TupleTableSlot *planSlot)
 {
 	Target	   *t = rinfo->ri_FdwState;
-	Link	   *link = t->link;
+	StringInfo	buf = &t->link->buf;
 	MemoryContext old;
 	int16		n = pg_hton16((int16) t->natts);
+	static const int32 null = -1;
 
 	TargetCopy(t);
 	slot_getallattrs(slot);
 	old = MemoryContextSwitchTo(t->rowcxt);
-	appendBinaryStringInfo(&link->buf, (char *) &n, sizeof(n));
+	appendBinaryStringInfo(buf, (char *) &n, sizeof(n));
 	for (int i = 0; i < t->natts; i++)
 	{
 		int			att = t->attnums[i] - 1;
-		int32		len;
+		Datum		value = slot->tts_values[att];
 
 		if (slot->tts_isnull[att])
 		{
-			len = pg_hton32(-1);
-			appendBinaryStringInfo(&link->buf, (char *) &len, sizeof(len));
-		}
-		else
-		{
-			bytea	   *b = SendFunctionCall(&t->send[i], slot->tts_values[att]);
+			int32		len = pg_hton32(null);
 
-			len = pg_hton32(VARSIZE(b) - VARHDRSZ);
-			appendBinaryStringInfo(&link->buf, (char *) &len, sizeof(len));
-			appendBinaryStringInfo(&link->buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+			appendBinaryStringInfo(buf, (char *) &len, sizeof(len));
+			continue;
+		}
+		switch (t->types[i])
+		{
+			case TEXTOID:
+				{
+					text	   *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
+
+					AppendField(buf, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+					break;
+				}
+			case INT8OID:
+			case TIMESTAMPTZOID:
+				{
+					uint64		v = pg_hton64((uint64) DatumGetInt64(value));
+
+					AppendField(buf, (char *) &v, sizeof(v));
+					break;
+				}
+			case BOOLOID:
+				{
+					char		v = DatumGetBool(value) ? 1 : 0;
+
+					AppendField(buf, &v, 1);
+					break;
+				}
+			default:
+				{
+					bytea	   *b = SendFunctionCall(&t->send[i], value);
+
+					AppendField(buf, VARDATA(b), VARSIZE(b) - VARHDRSZ);
+					break;
+				}
 		}
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(t->rowcxt);
-	if (link->buf.len >= LINK_CHUNK)
-		LinkPut(link);
+	if (buf->len >= LINK_CHUNK)
+		LinkPut(t->link);
 	return slot;
 }
 
