@@ -174,6 +174,9 @@ SELECT pg_temp.err($$INSERT INTO mv_fdw.ingest VALUES ('k', 1)$$);
 SELECT pg_temp.err($$SELECT * FROM mv_fdw.ingest$$);
 SELECT pg_temp.err($$DELETE FROM mv_fdw.ingest$$);
 SELECT pg_temp.err($$INSERT INTO mv_fdw.ingest VALUES ('k', 1) ON CONFLICT DO NOTHING$$);
+CREATE FOREIGN TABLE mv_fdw.aggregates_0 (total numeric) SERVER exactonce_forward
+	OPTIONS (server 'mv_node', schema_name 'pg_catalog', table_name 'pg_authid');
+SELECT pg_temp.err($$SELECT * FROM mv_fdw.aggregates_0$$);
 RESET ROLE;
 DROP SCHEMA mv_fdw CASCADE;
 DROP USER MAPPING FOR mv_fdw SERVER mv_node;

@@ -19,7 +19,10 @@
  *	   and the max of their maxes.  A distinct count does not add up (a
  *	   value seen on two nodes would count twice): it is counted over the
  *	   union of the values the nodes' table distincts hold for the cell;
- *	 - nodes, a view of each node's row of exactonce.pipelines.
+ *	 - nodes, a view of each node's row of exactonce.pipelines;
+ *	 - with windows, windows: a window is final when final on every node.
+ * The views read the nodes through foreign tables of exactonce_forward
+ * too, as the owner.
  * A node that is down makes an insert for its keys, or a read of the
  * aggregates, fail with an error that names its server; nothing partial is
  * returned.  A producer whose statement failed
@@ -121,6 +124,31 @@ StaleReason(Distributed *d)
 }
 
 /*
+ * RegistryTexts reads the text[] column col of a registry row into out (at
+ * most max), and returns how many; none if the column is not there yet.
+ */
+static int
+RegistryTexts(HeapTuple row, TupleDesc desc, const char *col, char **out, int max)
+{
+	int			attno = SPI_fnumber(desc, col);
+	Datum	   *elems;
+	bool		isnull;
+	Datum		value;
+	int			n;
+
+	if (attno <= 0)
+		return 0;
+	value = SPI_getbinval(row, desc, attno, &isnull);
+	if (isnull)
+		return 0;
+	deconstruct_array(DatumGetArrayTypeP(value), TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	n = Min(n, max);
+	for (int i = 0; i < n; i++)
+		out[i] = TextDatumGetCString(elems[i]);
+	return n;
+}
+
+/*
  * CoordinatorLoad reads a distributed pipeline's registry row and returns
  * true if it stands for a pipeline; false if there is none, or if it is
  * stale (d->stale then says why, and d->single whether a pipeline of one
@@ -135,49 +163,41 @@ CoordinatorLoad(const char *name, Distributed *d)
 	int			n;
 	bool		isnull;
 	Oid			nsp = get_namespace_oid("exactonce", true);
+	HeapTuple	row;
+	TupleDesc	desc;
 
 	d->stale = NULL;
 	d->single = false;
 	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
 		return false;
-	if (SPI_execute_with_args("SELECT name, owner, servers, dimensions, measures, min_max, distinct_counts,"
-							  " window_width::pg_catalog.text, allowed_lateness::pg_catalog.text"
-							  " FROM exactonce.distributed_pipeline"
+	/* every column, by name: an update may not have added the newer ones */
+	if (SPI_execute_with_args("SELECT * FROM exactonce.distributed_pipeline"
 							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.distributed_pipeline");
 	if (SPI_processed == 0)
 		return false;
-	d->name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	d->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	d->name = SPI_getvalue(row, desc, SPI_fnumber(desc, "name"));
+	d->owner = DatumGetObjectId(SPI_getbinval(row, desc, SPI_fnumber(desc, "owner"), &isnull));
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(row, desc, SPI_fnumber(desc, "servers"), &isnull)),
 					  NAMEOID, NAMEDATALEN, false, TYPALIGN_CHAR, &elems, NULL, &n);
 	d->nnodes = Min(n, DIST_MAX_NODES);
 	for (int i = 0; i < d->nnodes; i++)
 		d->servers[i] = pstrdup(NameStr(*DatumGetName(elems[i])));
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)),
-					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-	d->ndims = Min(n, EXACTONCE_MAX_DIMENSIONS);
-	for (int i = 0; i < d->ndims; i++)
-		d->dims[i] = TextDatumGetCString(elems[i]);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull)),
-					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-	d->nmeasures = Min(n, EXACTONCE_MAX_MEASURES);
-	for (int i = 0; i < d->nmeasures; i++)
-		d->measures[i] = TextDatumGetCString(elems[i]);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull)),
-					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-	d->nminmax = Min(n, 1 + EXACTONCE_MAX_MEASURES);
-	for (int i = 0; i < d->nminmax; i++)
-		d->min_max[i] = TextDatumGetCString(elems[i]);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull)),
-					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-	d->ndistinct = Min(n, EXACTONCE_MAX_DISTINCT);
-	for (int i = 0; i < d->ndistinct; i++)
-		d->distincts[i] = TextDatumGetCString(elems[i]);
-	d->window_width = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 8);
-	d->lateness = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 9);
+	d->ndims = RegistryTexts(row, desc, "dimensions", d->dims, EXACTONCE_MAX_DIMENSIONS);
+	d->nmeasures = RegistryTexts(row, desc, "measures", d->measures, EXACTONCE_MAX_MEASURES);
+	d->nminmax = RegistryTexts(row, desc, "min_max", d->min_max, 1 + EXACTONCE_MAX_MEASURES);
+	d->ndistinct = RegistryTexts(row, desc, "distinct_counts", d->distincts, EXACTONCE_MAX_DISTINCT);
+	d->window_width = NULL;
+	d->lateness = "0";
+	if (SPI_fnumber(desc, "window_width") > 0)
+	{
+		d->window_width = SPI_getvalue(row, desc, SPI_fnumber(desc, "window_width"));
+		d->lateness = SPI_getvalue(row, desc, SPI_fnumber(desc, "allowed_lateness"));
+	}
 	d->stale = StaleReason(d);
 	return d->stale == NULL;
 }
@@ -347,16 +367,16 @@ GroupedDims(Distributed *d, const char **dims)
 
 /*
  * CoordinatorNodeDDL returns the statements that make the coordinator's
- * foreign tables of node i's cells and row of exactonce.pipelines.
+ * foreign tables of node i's cells, distinct values, watermark and row of
+ * exactonce.pipelines, read through exactonce_forward (forward.c).
  */
 char *
 CoordinatorNodeDDL(Distributed *d, int i)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(d->name);
-	const char *srv = quote_identifier(d->servers[i]);
+	const char *srv = quote_literal_cstr(d->servers[i]);
 	const char *remote = quote_literal_cstr(d->name);
-
 	const char *dims[EXACTONCE_MAX_DIMENSIONS + 1];
 	int			ndims = GroupedDims(d, dims);
 
@@ -374,21 +394,21 @@ CoordinatorNodeDDL(Distributed *d, int i)
 						 quote_identifier(psprintf("%s_min", d->min_max[j])),
 						 quote_identifier(psprintf("%s_max", d->min_max[j])));
 	appendStringInfo(&sql, "updated_at timestamptz)"
-					 " SERVER %3$s OPTIONS (schema_name %4$s, table_name 'aggregates');\n"
+					 " SERVER exactonce_forward OPTIONS (server %3$s, schema_name %4$s, table_name 'aggregates');\n"
 					 "CREATE FOREIGN TABLE %1$s.node_%2$d (name name, paused boolean, queued bigint,"
 					 " lag interval, ingested bigint, applied bigint, duplicates bigint, stale bigint,"
 					 " dead_lettered bigint, batches bigint, worker_state text, latency_p99 interval,"
 					 " last_error text)"
-					 " SERVER %3$s OPTIONS (schema_name 'exactonce', table_name 'pipelines');\n",
+					 " SERVER exactonce_forward OPTIONS (server %3$s, schema_name 'exactonce', table_name 'pipelines');\n",
 					 s, i, srv, remote);
 	if (d->ndistinct > 0)
 		appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.distincts_%d (cell text[] COLLATE \"C\", col text COLLATE \"C\","
 						 " value text COLLATE \"C\", n bigint)"
-						 " SERVER %s OPTIONS (schema_name %s, table_name 'distincts');\n",
+						 " SERVER exactonce_forward OPTIONS (server %s, schema_name %s, table_name 'distincts');\n",
 						 s, i, srv, remote);
 	if (d->window_width != NULL)
 		appendStringInfo(&sql, "CREATE FOREIGN TABLE %s.progress_%d (watermark timestamptz)"
-						 " SERVER %s OPTIONS (schema_name %s, table_name 'progress');\n",
+						 " SERVER exactonce_forward OPTIONS (server %s, schema_name %s, table_name 'progress');\n",
 						 s, i, srv, remote);
 	return sql.data;
 }

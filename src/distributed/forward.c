@@ -1,40 +1,39 @@
 /*-------------------------------------------------------------------------
  *
  * forward.c
- *		The coordinator's ingest: each statement's events, one COPY per node.
+ *		exactonce_forward: the coordinator's foreign tables on the nodes.
  *
- * The partitions of a distributed pipeline's ingest are foreign tables of
- * the wrapper exactonce_forward, each naming the postgres_fdw server of its
- * node.  PostgreSQL's hash partitioning routes each event of an INSERT or
- * COPY to its key's partition, as before; instead of one round trip per
- * row (what postgres_fdw does for COPY in PostgreSQL 15), the events of a
- * statement for one node go there as one binary COPY into the node's queue,
- * streamed as they come, and ended with the statement.  The producer sees
- * one table and the counts of its rows; the nodes see batches.
+ * The coordinator of a distributed pipeline reaches its nodes through
+ * foreign tables of the wrapper exactonce_forward, each naming the
+ * postgres_fdw server of its node (option server), on links (link.c) as
+ * the pipeline's owner, whoever inserts or reads: a role with the right to
+ * insert into the coordinator's ingest may insert into the pipeline's
+ * queue, one that may read its views may read the nodes' cells, and
+ * nothing more.  A table is only served if the registry row of the
+ * pipeline its schema names has its owner and its server.
  *
- * The node is reached as the pipeline's owner (node.c), whoever inserts:
- * a producer with the right to insert into the coordinator's ingest has
- * the right to insert into the pipeline's queue, and nothing more.  A
- * partition is only served if the pipeline's registry row names its owner
- * and its server.
+ * Inserts: the partitions of ingest.  PostgreSQL's hash partitioning
+ * routes each event of an INSERT or COPY to its key's partition; instead
+ * of one round trip per row (what postgres_fdw does for COPY in PostgreSQL
+ * 15), the events of a statement for one node go there as one binary COPY
+ * into the node's queue, streamed as they come and ended with the
+ * statement.  The producer sees one table and the counts of its rows; the
+ * nodes see batches.  The queue itself cannot be read at the coordinator.
  *
- * The events go in the producer's transaction.  A node's transaction
- * starts at its first statement, follows the producer's savepoints, and is
- * committed just before the coordinator's, one node after another, as
- * postgres_fdw does; an error then aborts the coordinator's transaction.  If
- * it came after a node committed, the producer resends the statement and
- * the events that reached that node are duplicates there.  A transaction
- * that aborts closes its connections, which aborts the nodes' transactions.
+ * Reads: the nodes' cells, distinct values, watermarks and rows of
+ * exactonce.pipelines (options schema_name, table_name), which the views
+ * aggregates, nodes and windows combine.  A scan copies the remote table's
+ * columns out in binary, each cast on the node to the local column's
+ * type, into a tuplestore, so the link is free again for the statement's
+ * inserts.
+ *
  * Errors name the node's server, also when it goes away mid-statement.
- *
- * The queue cannot be read at the coordinator: each node's is read there.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/reloptions.h"
-#include "access/xact.h"
 #include "catalog/pg_foreign_table.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
@@ -45,45 +44,25 @@
 #include "libpq-fe.h"
 #include "miscadmin.h"
 #include "nodes/plannodes.h"
+#include "optimizer/pathnode.h"
+#include "optimizer/planmain.h"
+#include "optimizer/restrictinfo.h"
 #include "pgstat.h"
 #include "port/pg_bswap.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/syscache.h"
+#include "utils/tuplestore.h"
 
 #include "catalog/statement.h"
 #include "distributed/coordinator.h"
+#include "distributed/link.h"
 #include "distributed/node.h"
 
 PG_FUNCTION_INFO_V1(exactonce_forward_handler);
 PG_FUNCTION_INFO_V1(exactonce_forward_validator);
-
-#define LINK_CHUNK		65536	/* bytes of COPY data sent at once */
-#define LINK_QUIET_MS	10000	/* what an abort waits for a node */
-
-/*
- * A connection to a node as a pipeline's owner, kept across transactions.
- * depth is the producer's transaction level its own transaction follows: 0
- * none, 1 the top, n with the savepoints s2 .. sn.
- */
-typedef struct Link
-{
-	Oid			owner;			/* hash key: owner, then server */
-	Oid			serverid;
-	PGconn	   *conn;
-	char		servername[NAMEDATALEN];
-	int			depth;
-	bool		copying;		/* a COPY into the node's queue is open */
-	char	   *copy_sql;		/* its statement, in TopMemoryContext */
-	bool		doomed;			/* events of this transaction were lost */
-	bool		stale;			/* server or mapping changed: reconnect */
-	StringInfoData buf;			/* COPY data not sent yet */
-} Link;
 
 /* A partition being inserted into: its node and how its rows are sent. */
 typedef struct Target
@@ -98,384 +77,89 @@ typedef struct Target
 	MemoryContext rowcxt;
 } Target;
 
-static HTAB *links = NULL;
-
-/*
- * LinkDrain reads what a node answers until it is done, ending a COPY it
- * still waits on as failed, without raising an error (for the abort
- * callbacks): 1 if every answer was a success, 0 if one was an error, -1 if
- * the connection failed or end passed.
- */
-static int
-LinkDrain(Link *link, TimestampTz end)
+/* A foreign table of exactonce_forward: its options, checked. */
+typedef struct Remote
 {
-	int			ok = 1;
-
-	for (;;)
-	{
-		int			flushed = PQflush(link->conn);
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
-		PGresult   *res;
-
-		if (flushed < 0 || left <= 0)
-			return -1;
-		if (flushed == 0 && !PQisBusy(link->conn))
-		{
-			res = PQgetResult(link->conn);
-			if (res == NULL)
-				return ok;
-			if (PQresultStatus(res) == PGRES_COPY_IN)
-			{
-				if (PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
-					ok = -1;
-			}
-			else if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-				ok = 0;
-			PQclear(res);
-			if (ok < 0)
-				return ok;
-			continue;
-		}
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
-								 WL_EXIT_ON_PM_DEATH | (flushed ? WL_SOCKET_WRITEABLE : 0),
-								 PQsocket(link->conn), left, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		if (!PQconsumeInput(link->conn))
-			return -1;
-	}
-}
-
-/*
- * LinkQuiet fails what a link was doing for a failed statement, then runs
- * sql there, without raising an error, and tells whether it succeeded
- * within LINK_QUIET_MS.
- */
-static bool
-LinkQuiet(Link *link, const char *sql)
-{
-	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LINK_QUIET_MS);
-
-	if (link->copying && PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
-		return false;
-	link->copying = false;
-	resetStringInfo(&link->buf);
-	if (LinkDrain(link, end) < 0 || !PQsendQuery(link->conn, sql))
-		return false;
-	return LinkDrain(link, end) == 1;
-}
-
-/*
- * LinkClose closes a link's connection; the node aborts what was open.
- */
-static void
-LinkClose(Link *link)
-{
-	PQfinish(link->conn);
-	link->conn = NULL;
-	link->depth = 0;
-	link->copying = false;
-	resetStringInfo(&link->buf);
-}
-
-/*
- * LinkPut sends the COPY data gathered, waiting on the latch while the
- * node cannot take more.
- */
-static void
-LinkPut(Link *link)
-{
-	int			rc;
-
-	if (link->buf.len > 0 && PQputCopyData(link->conn, link->buf.data, link->buf.len) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
-	resetStringInfo(&link->buf);
-	while ((rc = PQflush(link->conn)) == 1)
-	{
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_EXIT_ON_PM_DEATH,
-								 PQsocket(link->conn), -1L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	if (rc < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
-}
-
-/*
- * LinkEndCopy ends the COPY open on a link, and raises the node's error
- * if it refused the events.
- */
-static void
-LinkEndCopy(Link *link)
-{
-	static const int16 trailer = -1;
-	int16		t = pg_hton16(trailer);
-	PGresult   *res;
-
-	if (!link->copying)
-		return;
-	appendBinaryStringInfo(&link->buf, (char *) &t, sizeof(t));
-	LinkPut(link);
-	link->copying = false;
-	if (PQputCopyEnd(link->conn, NULL) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
-	res = NodeWait(link->conn, link->servername);
-	PQclear(res);
-}
-
-/*
- * LinkRun runs a statement on a link's node, raising its error.
- */
-static void
-LinkRun(Link *link, const char *sql)
-{
-	PQclear(NodeRun(link->conn, link->servername, sql, 0, NULL));
-}
-
-/*
- * LinkXactCallback commits the nodes' transactions just before the
- * coordinator's, all at once, and closes the connections of one that
- * aborts.
- */
-static void
-LinkXactCallback(XactEvent event, void *arg)
-{
-	HASH_SEQ_STATUS seq;
+	char	   *pipeline;		/* the schema's name */
+	char	   *server;
+	char	   *schema_name;	/* the relation read, if one is */
+	char	   *table_name;
 	Link	   *link;
-	bool		commit = event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT;
-
-	hash_seq_init(&seq, links);
-	while ((link = hash_seq_search(&seq)) != NULL)
-	{
-		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		{
-			link->doomed = false;
-			if (link->conn != NULL && link->depth > 0)
-				LinkClose(link);
-			continue;
-		}
-		if (link->doomed && (commit || event == XACT_EVENT_PRE_PREPARE))
-		{
-			hash_seq_term(&seq);
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("events sent to server \"%s\" in this transaction were lost", link->servername),
-					 errdetail("A savepoint rolled back at the coordinator could not be rolled back on the node.")));
-		}
-		if (link->conn == NULL || link->depth == 0)
-			continue;
-		if (event == XACT_EVENT_PRE_PREPARE)
-		{
-			hash_seq_term(&seq);
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot prepare a transaction that sent events to server \"%s\"", link->servername),
-					 errdetail("Events sent through a distributed pipeline's coordinator are committed on its nodes with the coordinator's transaction.")));
-		}
-		if (commit)
-		{
-			LinkEndCopy(link);
-			if (!PQsendQuery(link->conn, "COMMIT"))
-			{
-				hash_seq_term(&seq);
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("could not commit on server \"%s\": %s", link->servername,
-								pchomp(PQerrorMessage(link->conn)))));
-			}
-		}
-	}
-	if (!commit)
-		return;
-	/* the answers, once every node was asked */
-	hash_seq_init(&seq, links);
-	while ((link = hash_seq_search(&seq)) != NULL)
-	{
-		if (link->conn == NULL || link->depth == 0)
-			continue;
-		link->depth = 0;
-		PQclear(NodeWait(link->conn, link->servername));
-	}
-}
+} Remote;
 
 /*
- * LinkSubXactCallback follows the producer's savepoints on the nodes: a
- * rolled-back one takes back the events sent since.
+ * RemoteOpen checks a foreign table of exactonce_forward and returns the
+ * link to its node: the registry row of the pipeline its schema names must
+ * have its owner and its server.
  */
-static void
-LinkSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-					SubTransactionId parentSubid, void *arg)
+static Remote
+RemoteOpen(Relation rel)
 {
-	HASH_SEQ_STATUS seq;
-	Link	   *link;
-	int			level = GetCurrentTransactionNestLevel();
+	ForeignTable *ft = GetForeignTable(RelationGetRelid(rel));
+	Remote		r = {0};
+	Distributed d;
+	bool		ok = false;
+	int			nestlevel;
+	ListCell   *lc;
 
-	if (event != SUBXACT_EVENT_PRE_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
-		return;
-	hash_seq_init(&seq, links);
-	while ((link = hash_seq_search(&seq)) != NULL)
+	r.pipeline = get_namespace_name(RelationGetNamespace(rel));
+	foreach(lc, ft->options)
 	{
-		if (link->conn == NULL || link->depth < level)
-			continue;
-		if (event == SUBXACT_EVENT_PRE_COMMIT_SUB)
-		{
-			LinkEndCopy(link);
-			LinkRun(link, psprintf("RELEASE SAVEPOINT s%d", level));
-		}
-		else if (!LinkQuiet(link, psprintf("ROLLBACK TO SAVEPOINT s%d; RELEASE SAVEPOINT s%d", level, level)))
-		{
-			LinkClose(link);
-			link->doomed = true;
-			continue;
-		}
-		link->depth = level - 1;
+		DefElem    *def = lfirst_node(DefElem, lc);
+
+		if (strcmp(def->defname, "server") == 0)
+			r.server = defGetString(def);
+		else if (strcmp(def->defname, "schema_name") == 0)
+			r.schema_name = defGetString(def);
+		else if (strcmp(def->defname, "table_name") == 0)
+			r.table_name = defGetString(def);
 	}
-}
-
-/*
- * LinkInvalidate marks every link to be connected anew once idle: a
- * server's options or a user mapping changed.
- */
-static void
-LinkInvalidate(Datum arg, int cacheid, uint32 hashvalue)
-{
-	HASH_SEQ_STATUS seq;
-	Link	   *link;
-
-	hash_seq_init(&seq, links);
-	while ((link = hash_seq_search(&seq)) != NULL)
-		link->stale = true;
-}
-
-/*
- * LinkGet returns the link to a server's node as owner, connected, with a
- * transaction at the producer's level.
- */
-static Link *
-LinkGet(Oid owner, const char *servername)
-{
-	ForeignServer *server = GetForeignServerByName(servername, false);
-	Oid			key[2] = {owner, server->serverid};
-	Link	   *link;
-	bool		found;
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (links == NULL)
-	{
-		HASHCTL		ctl = {.keysize = sizeof(key),.entrysize = sizeof(Link),.hcxt = TopMemoryContext};
-
-		links = hash_create("exactonce node links", 8, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		RegisterXactCallback(LinkXactCallback, NULL);
-		RegisterSubXactCallback(LinkSubXactCallback, NULL);
-		CacheRegisterSyscacheCallback(FOREIGNSERVEROID, LinkInvalidate, (Datum) 0);
-		CacheRegisterSyscacheCallback(USERMAPPINGOID, LinkInvalidate, (Datum) 0);
-	}
-	link = hash_search(links, key, HASH_ENTER, &found);
-	if (!found)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		link->conn = NULL;
-		link->depth = 0;
-		link->copying = false;
-		link->copy_sql = NULL;
-		link->doomed = false;
-		link->stale = false;
-		initStringInfo(&link->buf);
-		MemoryContextSwitchTo(old);
-	}
-	strlcpy(link->servername, servername, NAMEDATALEN);
-	if (link->doomed)
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	if (CoordinatorLoad(r.pipeline, &d) && d.owner == rel->rd_rel->relowner && r.server != NULL)
+		for (int i = 0; i < d.nnodes; i++)
+			ok |= strcmp(d.servers[i], r.server) == 0;
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	if (!ok)
 		ereport(ERROR,
-				(errcode(ERRCODE_IN_FAILED_SQL_TRANSACTION),
-				 errmsg("events sent to server \"%s\" in this transaction were lost", servername),
-				 errhint("Roll back the transaction and send its events again.")));
-	if (link->conn != NULL && link->depth == 0 &&
-		(link->stale || PQstatus(link->conn) != CONNECTION_OK))
-		LinkClose(link);
-	if (link->conn == NULL)
-	{
-		link->stale = false;
-		link->conn = NodeConnect(owner, servername);
-		if (PQsetnonblocking(link->conn, 1) != 0)
-		{
-			LinkClose(link);
-			elog(ERROR, "could not make the connection to server \"%s\" nonblocking", servername);
-		}
-	}
-	if (link->depth == 0)
-	{
-		LinkRun(link, "START TRANSACTION");
-		link->depth = 1;
-	}
-	while (link->depth < level)
-	{
-		LinkEndCopy(link);
-		LinkRun(link, psprintf("SAVEPOINT s%d", link->depth + 1));
-		link->depth++;
-	}
-	return link;
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("foreign table \"%s.%s\" is not a table of a distributed pipeline",
+						r.pipeline, RelationGetRelationName(rel)),
+				 errdetail("exactonce_forward serves only a node of the pipeline named by the table's schema, and only a table of the pipeline's owner.")));
+	r.link = LinkGet(d.owner, r.server);
+	return r;
 }
 
 /*
- * TargetOpen readies a partition for the events routed to it: its node
- * must be one of its pipeline's, and the partition its owner's.
+ * TargetOpen readies a partition of ingest for the events routed to it.
  */
 static Target *
 TargetOpen(Relation rel, CmdType operation)
 {
-	ForeignTable *ft = GetForeignTable(RelationGetRelid(rel));
-	char	   *name = get_namespace_name(RelationGetNamespace(rel));
-	char	   *servername = NULL;
-	Distributed d;
-	bool		ok = false;
-	int			nestlevel;
+	Remote		r;
 	Target	   *t;
 	TupleDesc	desc = RelationGetDescr(rel);
 	StringInfoData sql;
-	ListCell   *lc;
 
 	if (operation != CMD_INSERT)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("events in \"%s\" can only be inserted", RelationGetRelationName(rel)),
 				 errdetail("It is the coordinator's queue of a distributed pipeline; its nodes hold the events.")));
-	foreach(lc, ft->options)
-	{
-		DefElem    *def = lfirst_node(DefElem, lc);
-
-		if (strcmp(def->defname, "server") == 0)
-			servername = defGetString(def);
-	}
-	SPI_connect();
-	nestlevel = StatementPinSearchPath();
-	if (CoordinatorLoad(name, &d) && d.owner == rel->rd_rel->relowner && servername != NULL)
-		for (int i = 0; i < d.nnodes; i++)
-			ok |= strcmp(d.servers[i], servername) == 0;
-	StatementUnpinSearchPath(nestlevel);
-	SPI_finish();
-	if (!ok)
+	r = RemoteOpen(rel);
+	if (r.table_name != NULL)
 		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("foreign table \"%s.%s\" is not a partition of a distributed pipeline's ingest",
-						name, RelationGetRelationName(rel)),
-				 errdetail("Events go through exactonce_forward only to a node of the pipeline named by its schema, and only into a table of the pipeline's owner.")));
-
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("foreign table \"%s.%s\" cannot be inserted into", r.pipeline, RelationGetRelationName(rel)),
+				 errdetail("It reads a node's %s; only the partitions of ingest take events.", r.table_name)));
 	t = palloc0(sizeof(Target));
-	t->link = LinkGet(d.owner, servername);
+	t->link = r.link;
 	t->attnums = palloc(sizeof(AttrNumber) * desc->natts);
 	t->send = palloc(sizeof(FmgrInfo) * desc->natts);
 	t->types = palloc(sizeof(Oid) * desc->natts);
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(name));
+	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(r.pipeline));
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -655,12 +339,36 @@ ForwardUpdatable(Relation rel)
 	return 1 << CMD_INSERT;
 }
 
+/* A scan of a node's relation: its rows, fetched at the first one. */
+typedef struct Fetch
+{
+	Remote		remote;
+	char	   *sql;
+	FmgrInfo   *recv;
+	Oid		   *ioparams;
+	int32	   *typmods;
+	bool		fetched;
+	Tuplestorestate *rows;
+	TupleTableSlot *mslot;
+	MemoryContext rowcxt;
+} Fetch;
+
 /*
- * ForwardRefuseScan: the queue is read on each node.
+ * ForwardRelSize: a relation a node holds may be read; the queue is read on
+ * each node.
  */
 static void
-ForwardRefuseScan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+ForwardRelSize(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 {
+	ForeignTable *ft = GetForeignTable(foreigntableid);
+	ListCell   *lc;
+
+	foreach(lc, ft->options)
+		if (strcmp(lfirst_node(DefElem, lc)->defname, "table_name") == 0)
+	{
+		baserel->rows = 1000;
+		return;
+	}
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 			 errmsg("the coordinator's ingest of a distributed pipeline cannot be read"),
@@ -668,12 +376,235 @@ ForwardRefuseScan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
 			 errhint("The view nodes of the pipeline's schema shows each node's queue.")));
 }
 
+static void
+ForwardPaths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+{
+	add_path(baserel, (Path *) create_foreignscan_path(root, baserel, NULL, baserel->rows, 10, 10 + baserel->rows,
+													   NIL, baserel->lateral_relids, NULL, NIL));
+}
+
+static ForeignScan *
+ForwardPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid, ForeignPath *best_path,
+			List *tlist, List *scan_clauses, Plan *outer_plan)
+{
+	/* every condition is checked here, on the rows fetched */
+	return make_foreignscan(tlist, extract_actual_clauses(scan_clauses, false), baserel->relid,
+							NIL, NIL, NIL, NIL, outer_plan);
+}
+
+/*
+ * ForwardBeginScan readies the copy of a node's relation: its columns, by
+ * the local names, each cast on the node to the local type.
+ */
+static void
+ForwardBeginScan(ForeignScanState *node, int eflags)
+{
+	Relation	rel = node->ss.ss_currentRelation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	Fetch	   *sc;
+	StringInfoData sql;
+
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+		return;
+	sc = palloc0(sizeof(Fetch));
+	sc->remote = RemoteOpen(rel);
+	sc->recv = palloc(sizeof(FmgrInfo) * desc->natts);
+	sc->ioparams = palloc(sizeof(Oid) * desc->natts);
+	sc->typmods = palloc(sizeof(int32) * desc->natts);
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "COPY (SELECT ");
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid			recvfn;
+
+		getTypeBinaryInputInfo(att->atttypid, &recvfn, &sc->ioparams[i]);
+		fmgr_info(recvfn, &sc->recv[i]);
+		sc->typmods[i] = att->atttypmod;
+		appendStringInfo(&sql, "%s%s::%s", i > 0 ? ", " : "",
+						 att->attisdropped ? "NULL" : quote_identifier(NameStr(att->attname)),
+						 format_type_extended(att->atttypid, att->atttypmod,
+											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	}
+	appendStringInfo(&sql, " FROM %s.%s) TO STDOUT (FORMAT binary)",
+					 quote_identifier(sc->remote.schema_name ? sc->remote.schema_name : sc->remote.pipeline),
+					 quote_identifier(sc->remote.table_name));
+	sc->sql = sql.data;
+	sc->rowcxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce forward scan row", ALLOCSET_DEFAULT_SIZES);
+	/* here, in the query's context: the scan runs in each row's */
+	sc->rows = tuplestore_begin_heap(false, false, work_mem);
+	sc->mslot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	node->fdw_state = sc;
+}
+
+/*
+ * FetchField reads one field of a row of binary COPY at *pos of msg.
+ */
+static Datum
+FetchField(Fetch *sc, int i, const char *msg, int len, int *pos, bool *isnull, StringInfo field)
+{
+	int32		flen;
+	Datum		value;
+
+	if (*pos + 4 > len)
+		elog(ERROR, "a row from server \"%s\" ends early", sc->remote.server);
+	memcpy(&flen, msg + *pos, 4);
+	flen = pg_ntoh32(flen);
+	*pos += 4;
+	*isnull = flen < 0;
+	if (*isnull)
+		return ReceiveFunctionCall(&sc->recv[i], NULL, sc->ioparams[i], sc->typmods[i]);
+	if (*pos + flen > len)
+		elog(ERROR, "a row from server \"%s\" ends early", sc->remote.server);
+	resetStringInfo(field);
+	appendBinaryStringInfo(field, msg + *pos, flen);
+	*pos += flen;
+	value = ReceiveFunctionCall(&sc->recv[i], field, sc->ioparams[i], sc->typmods[i]);
+	if (field->cursor != field->len)
+		elog(ERROR, "a value from server \"%s\" is not in the format of its column", sc->remote.server);
+	return value;
+}
+
+/*
+ * FetchRows copies the node's rows into a tuplestore.  Each message of the
+ * copy holds whole rows (the first one after the header).
+ */
+static void
+FetchRows(ForeignScanState *node, Fetch *sc)
+{
+	static const char signature[] = "PGCOPY\n\377\r\n";
+	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
+	Link	   *link = sc->remote.link;
+	MemoryContext cxt = MemoryContextSwitchTo(node->ss.ps.state->es_query_cxt);
+	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
+	bool	   *nulls = palloc(sizeof(bool) * desc->natts);
+	StringInfoData field;
+	bool		header = false;
+	bool		done = false;
+
+	initStringInfo(&field);
+	LinkEndCopy(link);
+	if (!PQsendQuery(link->conn, sc->sql))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not read from server \"%s\": %s", link->servername,
+						pchomp(PQerrorMessage(link->conn)))));
+	PQclear(NodeWait(link->conn, link->servername));
+	for (;;)
+	{
+		char	   *msg;
+		int			len = PQgetCopyData(link->conn, &msg, 1);
+		int			pos = 0;
+
+		if (len == 0)
+		{
+			(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
+									 PQsocket(link->conn), -1L, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if (!PQconsumeInput(link->conn))
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("on server \"%s\": %s", link->servername, pchomp(PQerrorMessage(link->conn)))));
+			continue;
+		}
+		if (len == -1)
+			break;
+		if (len < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("on server \"%s\": %s", link->servername, pchomp(PQerrorMessage(link->conn)))));
+		if (!header)
+		{
+			int32		ext;
+
+			if (len < 19 || memcmp(msg, signature, sizeof(signature)) != 0)
+				elog(ERROR, "server \"%s\" sent no binary COPY", link->servername);
+			memcpy(&ext, msg + 15, 4);
+			pos = 19 + pg_ntoh32(ext);
+			header = true;
+		}
+		while (pos + 2 <= len && !done)
+		{
+			int16		n;
+			MemoryContext old;
+
+			memcpy(&n, msg + pos, 2);
+			n = pg_ntoh16(n);
+			pos += 2;
+			if (n == -1)
+			{
+				done = true;
+				break;
+			}
+			if (n != desc->natts)
+				elog(ERROR, "server \"%s\" sent rows of %d columns for %d", link->servername, n, desc->natts);
+			old = MemoryContextSwitchTo(sc->rowcxt);
+			for (int i = 0; i < desc->natts; i++)
+				values[i] = FetchField(sc, i, msg, len, &pos, &nulls[i], &field);
+			MemoryContextSwitchTo(old);
+			tuplestore_putvalues(sc->rows, desc, values, nulls);
+			MemoryContextReset(sc->rowcxt);
+		}
+		PQfreemem(msg);
+	}
+	/* after the trailer, the end of the copy: its result, or the node's error */
+	PQclear(NodeWait(link->conn, link->servername));
+	pfree(field.data);
+	MemoryContextSwitchTo(cxt);
+}
+
+static TupleTableSlot *
+ForwardIterate(ForeignScanState *node)
+{
+	Fetch	   *sc = node->fdw_state;
+	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
+
+	if (!sc->fetched)
+	{
+		FetchRows(node, sc);
+		sc->fetched = true;
+	}
+	ExecClearTuple(slot);
+	if (!tuplestore_gettupleslot(sc->rows, true, false, sc->mslot))
+		return slot;
+	slot_getallattrs(sc->mslot);
+	memcpy(slot->tts_values, sc->mslot->tts_values, sizeof(Datum) * slot->tts_tupleDescriptor->natts);
+	memcpy(slot->tts_isnull, sc->mslot->tts_isnull, sizeof(bool) * slot->tts_tupleDescriptor->natts);
+	return ExecStoreVirtualTuple(slot);
+}
+
+static void
+ForwardRescan(ForeignScanState *node)
+{
+	Fetch	   *sc = node->fdw_state;
+
+	tuplestore_rescan(sc->rows);
+}
+
+static void
+ForwardEndScan(ForeignScanState *node)
+{
+	Fetch	   *sc = node->fdw_state;
+
+	if (sc == NULL)
+		return;
+	ExecDropSingleTupleTableSlot(sc->mslot);
+	tuplestore_end(sc->rows);
+}
+
 Datum
 exactonce_forward_handler(PG_FUNCTION_ARGS)
 {
 	FdwRoutine *r = makeNode(FdwRoutine);
 
-	r->GetForeignRelSize = ForwardRefuseScan;
+	r->GetForeignRelSize = ForwardRelSize;
+	r->GetForeignPaths = ForwardPaths;
+	r->GetForeignPlan = ForwardPlan;
+	r->BeginForeignScan = ForwardBeginScan;
+	r->IterateForeignScan = ForwardIterate;
+	r->ReScanForeignScan = ForwardRescan;
+	r->EndForeignScan = ForwardEndScan;
 	r->IsForeignRelUpdatable = ForwardUpdatable;
 	r->BeginForeignModify = ForwardBeginModify;
 	r->ExecForeignInsert = ForwardInsert;
@@ -685,7 +616,8 @@ exactonce_forward_handler(PG_FUNCTION_ARGS)
 
 /*
  * exactonce_forward_validator: a foreign table of exactonce_forward names
- * the postgres_fdw server of its node; nothing else takes options.
+ * the postgres_fdw server of its node, and the relation it reads there;
+ * nothing else takes options.
  */
 Datum
 exactonce_forward_validator(PG_FUNCTION_ARGS)
@@ -698,12 +630,15 @@ exactonce_forward_validator(PG_FUNCTION_ARGS)
 	{
 		DefElem    *def = lfirst_node(DefElem, lc);
 
-		if (catalog != ForeignTableRelationId || strcmp(def->defname, "server") != 0)
+		if (catalog != ForeignTableRelationId ||
+			(strcmp(def->defname, "server") != 0 && strcmp(def->defname, "schema_name") != 0 &&
+			 strcmp(def->defname, "table_name") != 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
 					 errmsg("invalid option \"%s\"", def->defname),
-					 errhint("A foreign table of exactonce_forward takes the option server, the postgres_fdw server of its node.")));
-		(void) GetForeignServerByName(defGetString(def), false);
+					 errhint("A foreign table of exactonce_forward takes the options server (the postgres_fdw server of its node), and schema_name and table_name of the relation it reads there.")));
+		if (strcmp(def->defname, "server") == 0)
+			(void) GetForeignServerByName(defGetString(def), false);
 	}
 	PG_RETURN_VOID();
 }

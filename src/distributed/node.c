@@ -186,7 +186,7 @@ NodeResult(PGconn *conn)
 			return last;
 		PQclear(last);
 		last = res;
-		if (PQresultStatus(res) == PGRES_COPY_IN)
+		if (PQresultStatus(res) == PGRES_COPY_IN || PQresultStatus(res) == PGRES_COPY_OUT)
 			return res;
 	}
 }
@@ -245,7 +245,7 @@ NodeWait(PGconn *conn, const char *servername)
 	PG_END_TRY();
 
 	if (res != NULL && (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK ||
-						PQresultStatus(res) == PGRES_COPY_IN))
+						PQresultStatus(res) == PGRES_COPY_IN || PQresultStatus(res) == PGRES_COPY_OUT))
 		return res;
 	NodeRaise(conn, servername, res);
 	pg_unreachable();

@@ -7,7 +7,9 @@
  * its node (option server): PostgreSQL 15's postgres_fdw sends a COPY into
  * a foreign partition one row per round trip.  The partitions of existing
  * distributed pipelines are made anew, with the same bounds and owner,
- * belonging to the pipeline, not to the extension.
+ * belonging to the pipeline, not to the extension.  Pipelines made from
+ * now on read their nodes through exactonce_forward too (options
+ * schema_name and table_name), with the owner's user mapping.
  *
  * A distributed pipeline keeps distinct counts (the coordinator counts each
  * cell's distinct values over the union of the nodes' table distincts) and
@@ -21,22 +23,22 @@ RETURNS fdw_handler
 AS 'MODULE_PATHNAME', 'exactonce_forward_handler'
 LANGUAGE C STRICT;
 COMMENT ON FUNCTION exactonce.forward_handler() IS
-	'the foreign-data wrapper of the partitions of a distributed pipeline''s ingest: each statement''s events go to each node in one COPY, as the pipeline''s owner, in the producer''s transaction';
+	'the foreign-data wrapper of a distributed pipeline''s tables at the coordinator, as the pipeline''s owner, in the caller''s transaction: the partitions of ingest send each statement''s events to each node in one COPY; the tables the views read copy a node''s relation out';
 
 CREATE FUNCTION exactonce.forward_validator(text[], oid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'exactonce_forward_validator'
 LANGUAGE C STRICT;
 COMMENT ON FUNCTION exactonce.forward_validator(text[], oid) IS
-	'a foreign table of exactonce_forward takes one option, server: the postgres_fdw server of its node';
+	'a foreign table of exactonce_forward takes the options server (the postgres_fdw server of its node), and schema_name and table_name of the relation it reads there';
 
 CREATE FOREIGN DATA WRAPPER exactonce_forward
 	HANDLER exactonce.forward_handler VALIDATOR exactonce.forward_validator;
 COMMENT ON FOREIGN DATA WRAPPER exactonce_forward IS
-	'exactonce: the partitions of a distributed pipeline''s ingest at the coordinator';
+	'exactonce: a distributed pipeline''s tables at the coordinator, on its nodes';
 CREATE SERVER exactonce_forward FOREIGN DATA WRAPPER exactonce_forward;
 COMMENT ON SERVER exactonce_forward IS
-	'exactonce: the partitions of a distributed pipeline''s ingest at the coordinator; each names its node''s postgres_fdw server';
+	'exactonce: a distributed pipeline''s tables at the coordinator; each names its node''s postgres_fdw server';
 -- a partition is served only if it is its pipeline's owner's, on one of its nodes
 GRANT USAGE ON FOREIGN SERVER exactonce_forward TO PUBLIC;
 

@@ -181,6 +181,19 @@ $bpsql->finish;
 like($berr, qr/server "node2"/, 'node2 gone mid-transaction: the commit fails, naming node2');
 $nodes[1]->start;
 
+# and one that goes away while a transaction reads the nodes fails its next
+# read with an error naming it
+($bin, $bout, $berr) = ('', '', '');
+$bpsql = IPC::Run::start([ 'psql', '-XAtq', '-d', $coord->connstr($db), '-f', '-' ],
+	'<', \$bin, '>', \$bout, '2>', \$berr);
+$bin .= "BEGIN; SELECT 'read ' || count(*) FROM trades.aggregates;\n";
+$bpsql->pump until $bout =~ /read \d+/;
+$nodes[1]->stop('immediate');
+$bin .= "SELECT count(*) FROM trades.aggregates;\nCOMMIT;\n";
+$bpsql->finish;
+like($berr, qr/server "node2"/, 'node2 gone while a transaction reads the nodes: the next read fails, naming node2');
+$nodes[1]->start;
+
 # keys move while a producer sends rounds 7 to 10 through the coordinator
 push @nodes, eo_node('node3');
 $nodes[2]->safe_psql($db, 'CREATE EXTENSION exactonce');

@@ -1,0 +1,365 @@
+/*-------------------------------------------------------------------------
+ *
+ * link.c
+ *		The coordinator's connections to the nodes, in the caller's
+ *		transaction.
+ *
+ * A link is a connection to a node as a pipeline's owner (node.c), kept for
+ * the session, on which the coordinator's ingest sends events and its
+ * views read the nodes (forward.c).  A node's transaction starts with the
+ * first statement that uses the link, at REPEATABLE READ (each node read
+ * once per snapshot, as postgres_fdw does), follows the caller's
+ * savepoints, and is committed just before the coordinator's, every node
+ * asked at once; an error then aborts the coordinator's transaction.  If it
+ * came after a node committed, the producer resends and the events that
+ * reached that node are duplicates there.  A transaction that aborts closes
+ * its links' connections, which aborts the nodes' transactions.  A server's
+ * options or a user mapping changed: the links connect anew once idle.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "foreign/foreign.h"
+#include "libpq-fe.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "distributed/link.h"
+#include "distributed/node.h"
+
+#define LINK_QUIET_MS	10000	/* what an abort waits for a node */
+
+static HTAB *links = NULL;
+
+/*
+ * LinkDrain reads what a node answers until it is done, ending a COPY it
+ * still waits on as failed, without raising an error (for the abort
+ * callbacks): 1 if every answer was a success, 0 if one was an error, -1 if
+ * the connection failed or end passed.
+ */
+static int
+LinkDrain(Link *link, TimestampTz end)
+{
+	int			ok = 1;
+
+	for (;;)
+	{
+		int			flushed = PQflush(link->conn);
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
+		PGresult   *res;
+
+		if (flushed < 0 || left <= 0)
+			return -1;
+		if (flushed == 0 && !PQisBusy(link->conn))
+		{
+			res = PQgetResult(link->conn);
+			if (res == NULL)
+				return ok;
+			if (PQresultStatus(res) == PGRES_COPY_IN)
+			{
+				if (PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
+					ok = -1;
+			}
+			else if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+				ok = 0;
+			PQclear(res);
+			if (ok < 0)
+				return ok;
+			continue;
+		}
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
+								 WL_EXIT_ON_PM_DEATH | (flushed ? WL_SOCKET_WRITEABLE : 0),
+								 PQsocket(link->conn), left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		if (!PQconsumeInput(link->conn))
+			return -1;
+	}
+}
+
+/*
+ * LinkQuiet fails what a link was doing for a failed statement, then runs
+ * sql there, without raising an error, and tells whether it succeeded
+ * within LINK_QUIET_MS.
+ */
+static bool
+LinkQuiet(Link *link, const char *sql)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LINK_QUIET_MS);
+
+	if (link->copying && PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
+		return false;
+	link->copying = false;
+	resetStringInfo(&link->buf);
+	if (LinkDrain(link, end) < 0 || !PQsendQuery(link->conn, sql))
+		return false;
+	return LinkDrain(link, end) == 1;
+}
+
+/*
+ * LinkClose closes a link's connection; the node aborts what was open.
+ */
+static void
+LinkClose(Link *link)
+{
+	PQfinish(link->conn);
+	link->conn = NULL;
+	link->depth = 0;
+	link->copying = false;
+	resetStringInfo(&link->buf);
+}
+
+/*
+ * LinkPut sends the COPY data gathered, waiting on the latch while the
+ * node cannot take more.
+ */
+void
+LinkPut(Link *link)
+{
+	int			rc;
+
+	if (link->buf.len > 0 && PQputCopyData(link->conn, link->buf.data, link->buf.len) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not send events to server \"%s\": %s", link->servername,
+						pchomp(PQerrorMessage(link->conn)))));
+	resetStringInfo(&link->buf);
+	while ((rc = PQflush(link->conn)) == 1)
+	{
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_EXIT_ON_PM_DEATH,
+								 PQsocket(link->conn), -1L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (rc < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not send events to server \"%s\": %s", link->servername,
+						pchomp(PQerrorMessage(link->conn)))));
+}
+
+/*
+ * LinkEndCopy ends the COPY open on a link, and raises the node's error
+ * if it refused the events.
+ */
+void
+LinkEndCopy(Link *link)
+{
+	static const int16 trailer = -1;
+	int16		t = pg_hton16(trailer);
+	PGresult   *res;
+
+	if (!link->copying)
+		return;
+	appendBinaryStringInfo(&link->buf, (char *) &t, sizeof(t));
+	LinkPut(link);
+	link->copying = false;
+	if (PQputCopyEnd(link->conn, NULL) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not send events to server \"%s\": %s", link->servername,
+						pchomp(PQerrorMessage(link->conn)))));
+	res = NodeWait(link->conn, link->servername);
+	PQclear(res);
+}
+
+/*
+ * LinkRun runs a statement on a link's node, raising its error.
+ */
+void
+LinkRun(Link *link, const char *sql)
+{
+	PQclear(NodeRun(link->conn, link->servername, sql, 0, NULL));
+}
+
+/*
+ * LinkXactCallback commits the nodes' transactions just before the
+ * coordinator's, all at once, and closes the connections of one that
+ * aborts.
+ */
+static void
+LinkXactCallback(XactEvent event, void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	Link	   *link;
+	bool		commit = event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT;
+
+	hash_seq_init(&seq, links);
+	while ((link = hash_seq_search(&seq)) != NULL)
+	{
+		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		{
+			link->doomed = false;
+			if (link->conn != NULL && link->depth > 0)
+				LinkClose(link);
+			continue;
+		}
+		if (link->doomed && (commit || event == XACT_EVENT_PRE_PREPARE))
+		{
+			hash_seq_term(&seq);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("events sent to server \"%s\" in this transaction were lost", link->servername),
+					 errdetail("A savepoint rolled back at the coordinator could not be rolled back on the node.")));
+		}
+		if (link->conn == NULL || link->depth == 0)
+			continue;
+		if (event == XACT_EVENT_PRE_PREPARE)
+		{
+			hash_seq_term(&seq);
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that sent events to server \"%s\"", link->servername),
+					 errdetail("Events sent through a distributed pipeline's coordinator are committed on its nodes with the coordinator's transaction.")));
+		}
+		if (commit)
+		{
+			LinkEndCopy(link);
+			if (!PQsendQuery(link->conn, "COMMIT"))
+			{
+				hash_seq_term(&seq);
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("could not commit on server \"%s\": %s", link->servername,
+								pchomp(PQerrorMessage(link->conn)))));
+			}
+		}
+	}
+	if (!commit)
+		return;
+	/* the answers, once every node was asked */
+	hash_seq_init(&seq, links);
+	while ((link = hash_seq_search(&seq)) != NULL)
+	{
+		if (link->conn == NULL || link->depth == 0)
+			continue;
+		link->depth = 0;
+		PQclear(NodeWait(link->conn, link->servername));
+	}
+}
+
+/*
+ * LinkSubXactCallback follows the producer's savepoints on the nodes: a
+ * rolled-back one takes back the events sent since.
+ */
+static void
+LinkSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	Link	   *link;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event != SUBXACT_EVENT_PRE_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	hash_seq_init(&seq, links);
+	while ((link = hash_seq_search(&seq)) != NULL)
+	{
+		if (link->conn == NULL || link->depth < level)
+			continue;
+		if (event == SUBXACT_EVENT_PRE_COMMIT_SUB)
+		{
+			LinkEndCopy(link);
+			LinkRun(link, psprintf("RELEASE SAVEPOINT s%d", level));
+		}
+		else if (!LinkQuiet(link, psprintf("ROLLBACK TO SAVEPOINT s%d; RELEASE SAVEPOINT s%d", level, level)))
+		{
+			LinkClose(link);
+			link->doomed = true;
+			continue;
+		}
+		link->depth = level - 1;
+	}
+}
+
+/*
+ * LinkInvalidate marks every link to be connected anew once idle: a
+ * server's options or a user mapping changed.
+ */
+static void
+LinkInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	HASH_SEQ_STATUS seq;
+	Link	   *link;
+
+	hash_seq_init(&seq, links);
+	while ((link = hash_seq_search(&seq)) != NULL)
+		link->stale = true;
+}
+
+/*
+ * LinkGet returns the link to a server's node as owner, connected, with a
+ * transaction at the producer's level.
+ */
+Link *
+LinkGet(Oid owner, const char *servername)
+{
+	ForeignServer *server = GetForeignServerByName(servername, false);
+	Oid			key[2] = {owner, server->serverid};
+	Link	   *link;
+	bool		found;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (links == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(key),.entrysize = sizeof(Link),.hcxt = TopMemoryContext};
+
+		links = hash_create("exactonce node links", 8, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		RegisterXactCallback(LinkXactCallback, NULL);
+		RegisterSubXactCallback(LinkSubXactCallback, NULL);
+		CacheRegisterSyscacheCallback(FOREIGNSERVEROID, LinkInvalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(USERMAPPINGOID, LinkInvalidate, (Datum) 0);
+	}
+	link = hash_search(links, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		link->conn = NULL;
+		link->depth = 0;
+		link->copying = false;
+		link->copy_sql = NULL;
+		link->doomed = false;
+		link->stale = false;
+		initStringInfo(&link->buf);
+		MemoryContextSwitchTo(old);
+	}
+	strlcpy(link->servername, servername, NAMEDATALEN);
+	if (link->doomed)
+		ereport(ERROR,
+				(errcode(ERRCODE_IN_FAILED_SQL_TRANSACTION),
+				 errmsg("events sent to server \"%s\" in this transaction were lost", servername),
+				 errhint("Roll back the transaction and send its events again.")));
+	if (link->conn != NULL && link->depth == 0 &&
+		(link->stale || PQstatus(link->conn) != CONNECTION_OK))
+		LinkClose(link);
+	if (link->conn == NULL)
+	{
+		link->stale = false;
+		link->conn = NodeConnect(owner, servername);
+		if (PQsetnonblocking(link->conn, 1) != 0)
+		{
+			LinkClose(link);
+			elog(ERROR, "could not make the connection to server \"%s\" nonblocking", servername);
+		}
+	}
+	if (link->depth == 0)
+	{
+		LinkRun(link, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+		link->depth = 1;
+	}
+	while (link->depth < level)
+	{
+		LinkEndCopy(link);
+		LinkRun(link, psprintf("SAVEPOINT s%d", link->depth + 1));
+		link->depth++;
+	}
+	return link;
+}

@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * link.h
+ *		The coordinator's connections to the nodes, in the caller's
+ *		transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef EXACTONCE_LINK_H
+#define EXACTONCE_LINK_H
+
+#include "lib/stringinfo.h"
+#include "libpq-fe.h"
+
+#define LINK_CHUNK		65536	/* bytes of COPY data sent at once */
+/*
+ * A connection to a node as a pipeline's owner, kept across transactions.
+ * depth is the producer's transaction level its own transaction follows: 0
+ * none, 1 the top, n with the savepoints s2 .. sn.
+ */
+typedef struct Link
+{
+	Oid			owner;			/* hash key: owner, then server */
+	Oid			serverid;
+	PGconn	   *conn;
+	char		servername[NAMEDATALEN];
+	int			depth;
+	bool		copying;		/* a COPY into the node's queue is open */
+	char	   *copy_sql;		/* its statement, in TopMemoryContext */
+	bool		doomed;			/* events of this transaction were lost */
+	bool		stale;			/* server or mapping changed: reconnect */
+	StringInfoData buf;			/* COPY data not sent yet */
+} Link;
+
+extern Link *LinkGet(Oid owner, const char *servername);
+extern void LinkRun(Link *link, const char *sql);
+extern void LinkPut(Link *link);
+extern void LinkEndCopy(Link *link);
+
+#endif							/* EXACTONCE_LINK_H */
