@@ -189,19 +189,11 @@ TargetCopy(Target *t)
 {
 	static const char header[] = "PGCOPY\n\377\r\n";
 	Link	   *link = t->link;
-	PGresult   *res;
 	uint32		zero = 0;
 
 	if (link->copying && strcmp(link->copy_sql, t->copy_sql) == 0)
 		return;
-	LinkEndCopy(link);
-	if (!PQsendQuery(link->conn, t->copy_sql))
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
-	res = NodeWait(link->conn, link->servername);
-	PQclear(res);
+	LinkStart(link, t->copy_sql);
 	if (link->copy_sql)
 		pfree(link->copy_sql);
 	link->copy_sql = MemoryContextStrdup(TopMemoryContext, t->copy_sql);
@@ -483,13 +475,7 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 	bool		done = false;
 
 	initStringInfo(&field);
-	LinkEndCopy(link);
-	if (!PQsendQuery(link->conn, sc->sql))
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not read from server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
-	PQclear(NodeWait(link->conn, link->servername));
+	LinkStart(link, sc->sql);
 	for (;;)
 	{
 		char	   *msg;
@@ -503,17 +489,13 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 			if (!PQconsumeInput(link->conn))
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("on server \"%s\": %s", link->servername, pchomp(PQerrorMessage(link->conn)))));
+				LinkLost(link);
 			continue;
 		}
 		if (len == -1)
 			break;
 		if (len < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("on server \"%s\": %s", link->servername, pchomp(PQerrorMessage(link->conn)))));
+			LinkLost(link);
 		if (!header)
 		{
 			int32		ext;

@@ -117,6 +117,31 @@ LinkClose(Link *link)
 }
 
 /*
+ * LinkLost raises the error of a link whose node could not be sent to or
+ * read from, naming its server.
+ */
+void
+LinkLost(Link *link)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("on server \"%s\": %s", link->servername, pchomp(PQerrorMessage(link->conn)))));
+}
+
+/*
+ * LinkStart sends a statement on a link, a COPY's for one, and waits until
+ * the node has started it.
+ */
+void
+LinkStart(Link *link, const char *sql)
+{
+	LinkEndCopy(link);
+	if (!PQsendQuery(link->conn, sql))
+		LinkLost(link);
+	PQclear(NodeWait(link->conn, link->servername));
+}
+
+/*
  * LinkPut sends the COPY data gathered, waiting on the latch while the
  * node cannot take more.
  */
@@ -126,10 +151,7 @@ LinkPut(Link *link)
 	int			rc;
 
 	if (link->buf.len > 0 && PQputCopyData(link->conn, link->buf.data, link->buf.len) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
+		LinkLost(link);
 	resetStringInfo(&link->buf);
 	while ((rc = PQflush(link->conn)) == 1)
 	{
@@ -139,10 +161,7 @@ LinkPut(Link *link)
 		CHECK_FOR_INTERRUPTS();
 	}
 	if (rc < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
+		LinkLost(link);
 }
 
 /*
@@ -162,10 +181,7 @@ LinkEndCopy(Link *link)
 	LinkPut(link);
 	link->copying = false;
 	if (PQputCopyEnd(link->conn, NULL) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not send events to server \"%s\": %s", link->servername,
-						pchomp(PQerrorMessage(link->conn)))));
+		LinkLost(link);
 	res = NodeWait(link->conn, link->servername);
 	PQclear(res);
 }
@@ -225,10 +241,7 @@ LinkXactCallback(XactEvent event, void *arg)
 			if (!PQsendQuery(link->conn, "COMMIT"))
 			{
 				hash_seq_term(&seq);
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("could not commit on server \"%s\": %s", link->servername,
-								pchomp(PQerrorMessage(link->conn)))));
+				LinkLost(link);
 			}
 		}
 	}

@@ -36,5 +36,7 @@ extern Link *LinkGet(Oid owner, const char *servername);
 extern void LinkRun(Link *link, const char *sql);
 extern void LinkPut(Link *link);
 extern void LinkEndCopy(Link *link);
+extern void LinkStart(Link *link, const char *sql);
+extern void LinkLost(Link *link) pg_attribute_noreturn();
 
 #endif							/* EXACTONCE_LINK_H */
