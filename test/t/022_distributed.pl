@@ -383,6 +383,8 @@ $summed += $_->safe_psql($db, q{SELECT coalesce(sum(u_distinct), 0) FROM positio
 cmp_ok($summed,
 	'>', $coord->safe_psql($db, q{SELECT u_distinct FROM positions.aggregates WHERE level = 0}),
 	'distinct counts: values seen on two nodes count once, not in each node\'s count');
+unlike($coord->safe_psql($db, 'EXPLAIN (COSTS OFF) SELECT d, level, total FROM positions.aggregates'),
+	qr/distincts_/, 'distinct counts: a query that selects none does not read the nodes\' values');
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('positions')");
 
 # event-time windows: the coordinator sums each window's cells, and a
