@@ -51,6 +51,7 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "commands/query.h"
+#include "distributed/coordinator.h"
 #include "engine/event.h"
 #include "engine/progress.h"
 #include "utils/wake.h"
@@ -402,6 +403,25 @@ NarrowState(Pipeline *p, QueryPlan *plan, const char *added, bool had_where)
 }
 
 /*
+ * RefuseDistributed refuses the name of a distributed pipeline at its
+ * coordinator: its nodes would have to change together, and the
+ * coordinator's views with them.  SPI must be connected.
+ */
+static void
+RefuseDistributed(const char *name)
+{
+	Distributed d;
+
+	if (!CoordinatorLoad(name, &d))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("exactonce.alter_pipeline_as() does not change distributed pipeline \"%s\"", name),
+			 errdetail("Its nodes and the coordinator's views would have to change together."),
+			 errhint("Create a distributed pipeline of the new definition and send the events again.")));
+}
+
+/*
  * exactonce_alter_pipeline_as declares a running pipeline anew by a query,
  * in the caller's transaction, and returns the number of cells recomputed.
  */
@@ -432,6 +452,7 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 	query = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
+	RefuseDistributed(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	QueryPlanOf(plan, query, p->mode == PIPELINE_LATEST);
 	CheckKept(p, plan);

@@ -385,6 +385,10 @@ cmp_ok($summed,
 	'distinct counts: values seen on two nodes count once, not in each node\'s count');
 unlike($coord->safe_psql($db, 'EXPLAIN (COSTS OFF) SELECT d, level, total FROM positions.aggregates'),
 	qr/distincts_/, 'distinct counts: a query that selects none does not read the nodes\' values');
+($rc, $out, $err) = $coord->psql($db,
+	"SELECT exactonce.alter_pipeline_as('positions', 'SELECT d, sum(value) FROM positions GROUP BY d')");
+like($err, qr/does not change distributed pipeline "positions"/,
+	'alter_pipeline_as() at the coordinator refuses a distributed pipeline, naming it');
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('positions')");
 
 # event-time windows: the coordinator sums each window's cells, and a
