@@ -17,15 +17,20 @@ eo_setup($node, $db);
 eo_produce($node, $db, 1, 150000);
 my $sent = $node->safe_psql($db, 'SELECT sum(n) FROM sent');
 
-# kill the backend running flush while it works
+# kill the backend running flush while it works: a session holding the
+# aggregates makes it wait there, past its first batch's state and staging,
+# so that the kill cannot come after a flush that was quicker than the test
+my $holder = $node->background_psql($db, on_error_stop => 0);
+$holder->query_safe('BEGIN; LOCK TABLE trades.aggregates IN ACCESS EXCLUSIVE MODE');
 my $flush = $node->background_psql($db, on_error_stop => 0);
 my $pid = $flush->query_safe('SELECT pg_backend_pid()');
 $flush->query_until(qr/started/, "\\echo started\nSET exactonce.batch_size = 5000;\nSELECT exactonce.flush('trades');\n");
 ok( $node->poll_query_until($db,
-		"SELECT state = 'active' AND query LIKE '%flush%' FROM pg_stat_activity WHERE pid = $pid"),
-	'flush is running');
+		"SELECT state = 'active' AND query LIKE '%flush%' AND wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $pid"),
+	'flush is running, and waits for the aggregates');
 kill 'KILL', $pid;
 $flush->{run}->kill_kill;
+$holder->{run}->kill_kill;
 ok($node->poll_query_until($db, 'SELECT 1', '1'), 'the server recovers from the SIGKILL of the flushing backend');
 
 is($node->safe_psql($db, "SELECT queued FROM exactonce.pipelines WHERE name = 'trades'"),
