@@ -116,6 +116,26 @@ CREATE TEMP TABLE cpev (key text, version bigint, value numeric, desk text, book
 SELECT key, keys, distincts
 FROM exactonce.state_upsert('cp', ARRAY[ROW('a', 3, 10, 'd1', 'b1', NULL)::cpev]) ORDER BY keys;
 DROP TABLE cpev;
+-- reduce writes table distincts directly (with room for HOT updates): a
+-- trigger, an index or a primary key of another order that the owner
+-- plants is refused before anything is written, and the pipeline goes on
+-- once it is gone
+SELECT reloptions FROM pg_class WHERE oid = 'cp.distincts'::regclass;
+CREATE FUNCTION planted_trigger() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TRIGGER planted BEFORE UPDATE ON cp.distincts FOR EACH ROW EXECUTE FUNCTION planted_trigger();
+INSERT INTO cp.ingest (key, version, value, desk, book, counterparty) VALUES ('e', 1, 1, 'd2', 'b1', 'W');
+SELECT pg_temp.err($$SELECT exactonce.flush('cp')$$);
+DROP TRIGGER planted ON cp.distincts;
+DROP FUNCTION planted_trigger();
+CREATE INDEX planted ON cp.distincts (value);
+SELECT pg_temp.err($$SELECT exactonce.flush('cp')$$);
+DROP INDEX cp.planted;
+ALTER TABLE cp.distincts DROP CONSTRAINT distincts_pkey, ADD PRIMARY KEY (value, col, cell);
+SELECT pg_temp.err($$SELECT exactonce.flush('cp')$$);
+ALTER TABLE cp.distincts DROP CONSTRAINT distincts_pkey, ADD PRIMARY KEY (cell, col, value);
+SELECT level, desk, book, keys, counterparty_distinct FROM cp.aggregates ORDER BY level, desk, book;
+SELECT exactonce.flush('cp');
+SELECT level, desk, book, keys, counterparty_distinct FROM cp.aggregates ORDER BY level, desk, book;
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['d'])$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['c', 'c'])$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], distinct_counts => ARRAY['key'])$$);

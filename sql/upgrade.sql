@@ -139,8 +139,13 @@ ALTER FOREIGN TABLE dist.ingest_2_0 OWNER TO regress_upgrade_owner;
 ALTER FOREIGN TABLE dist.ingest_4_1 OWNER TO regress_upgrade_owner;
 INSERT INTO exactonce.distributed_pipeline (name, owner, servers, dimensions, measures, min_max)
 VALUES ('dist', 'regress_upgrade_owner'::regrole, '{up_node}', '{d}', '{}', '{}');
+-- 1.12: an existing pipeline's table distincts gets room for HOT updates
+SELECT exactonce.create_pipeline('dc', ARRAY['d'], distinct_counts => ARRAY['c']);
+ALTER TABLE dc.distincts RESET (fillfactor);
 ALTER EXTENSION exactonce UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
+SELECT reloptions FROM pg_class WHERE oid = 'dc.distincts'::regclass;
+SELECT exactonce.drop_pipeline('dc');
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid
 	JOIN pg_foreign_server s ON s.oid = f.ftserver

@@ -26,11 +26,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_type.h"
 #include "storage/lmgr.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -419,4 +422,57 @@ ShapeLockForDrop(Oid nspid)
 		if (OidIsValid(relid))
 			LockRelationOid(relid, AccessExclusiveLock);
 	}
+}
+
+/*
+ * ShapeOpenDirect opens a table of a pipeline that a stage writes directly
+ * through the table AM, without the executor: for the current role's modes
+ * (ACL_SELECT, ACL_INSERT, ACL_UPDATE, ACL_DELETE), and only while the
+ * table has ncolumns columns and nindexes indexes, which the stage keeps,
+ * and no triggers, which it would not fire: pg_repack, for one, follows the
+ * changes to a table it rebuilds with a trigger, and would lose the
+ * stage's writes.  The stage waits out such a tool (its trigger goes with
+ * its last step) instead.
+ */
+Relation
+ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes)
+{
+	static const AclMode each[] = {ACL_SELECT, ACL_INSERT, ACL_UPDATE, ACL_DELETE};
+	Relation	rel;
+	TupleDesc	desc;
+	List	   *indexes;
+	int			n = 0;
+
+	for (int i = 0; i < lengthof(each); i++)
+	{
+		AclResult	r;
+
+		if (!(modes & each[i]))
+			continue;
+		r = pg_class_aclcheck(relid, GetUserId(), each[i]);
+		if (r != ACLCHECK_OK)
+			aclcheck_error(r, OBJECT_TABLE, get_rel_name(relid));
+	}
+	rel = table_open(relid, RowExclusiveLock);
+	if (rel->trigdesc != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" has triggers, which the pipeline's writes would not fire",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail("The pipeline writes this table directly, without the executor. A tool that follows changes with a trigger, such as pg_repack, would lose them."),
+				 errhint("The pipeline goes on once the trigger is gone: wait for the tool to finish, or drop the trigger.")));
+	desc = RelationGetDescr(rel);
+	for (int a = 0; a < desc->natts; a++)
+		if (!TupleDescAttr(desc, a)->attisdropped)
+			n++;
+	indexes = RelationGetIndexList(rel);
+	if (list_length(indexes) != nindexes || n != ncolumns)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s.%s\" has indexes or columns exactonce does not maintain",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail("The pipeline writes this table directly and keeps only its primary key and its own columns."),
+				 errhint("Drop the added indexes or columns; index a copy or a view of the table instead.")));
+	list_free(indexes);
+	return rel;
 }

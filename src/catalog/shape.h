@@ -8,6 +8,9 @@
 #ifndef EXACTONCE_SHAPE_H
 #define EXACTONCE_SHAPE_H
 
+#include "utils/acl.h"
+#include "utils/relcache.h"
+
 #include "exactonce.h"
 
 /* the tables a path touches, for ShapeCheck */
@@ -26,5 +29,6 @@ extern void ShapeLockForDrop(Oid nspid);
 extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
 							 const char *column, Oid type);
+extern Relation ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes);
 
 #endif							/* EXACTONCE_SHAPE_H */

@@ -679,11 +679,16 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 	 * leaf's min and max anew when a newer version took its extreme away
 	 * (extrema.c)
 	 */
-	/* distincts: the values of each distinct_counts column in each cell */
+
+	/*
+	 * distincts: the values of each distinct_counts column in each cell;
+	 * every batch updates n of many, hence room for HOT updates
+	 */
 	if (def->ndistinct > 0)
 		appendStringInfo(&sql,
 						 "CREATE TABLE %s.distincts (cell text[] COLLATE \"C\", col text COLLATE \"C\","
-						 " value text COLLATE \"C\", n bigint NOT NULL, PRIMARY KEY (cell, col, value));\n"
+						 " value text COLLATE \"C\", n bigint NOT NULL, PRIMARY KEY (cell, col, value))"
+						 " WITH (fillfactor = 50);\n"
 						 "COMMENT ON TABLE %s.distincts IS 'exactonce: the values of each distinct_counts column in each cell (cell: the values of its dimensions), with how many contributions have it';\n",
 						 s, s);
 	/* windows: the aggregates with their windows' times and finality */

@@ -55,6 +55,7 @@
 #include "utils/typcache.h"
 
 #include "catalog/pipeline.h"
+#include "catalog/shape.h"
 #include "catalog/statement.h"
 #include "engine/event.h"
 #include "engine/progress.h"
@@ -379,9 +380,10 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 {
 	Pipeline   *p = w->p;
 	TupleTableSlot *slot = NULL;
+	Datum		keyval = PointerGetDatum(key);
 	bool		isnull;
 
-	switch (w->probe ? KeyProbeFetch(w->probe, key, w->slot) : KEY_UNSURE)
+	switch (w->probe ? KeyProbeFetch(w->probe, &keyval, w->slot) : KEY_UNSURE)
 	{
 		case KEY_FOUND:
 			slot = w->slot;
@@ -822,27 +824,6 @@ WriteSeen(StateWork *w)
 }
 
 /*
- * CheckRights insists that the current role may do to a relation what the
- * stage is about to do to it directly.
- */
-static void
-CheckRights(Oid relid, AclMode modes)
-{
-	static const AclMode each[3] = {ACL_SELECT, ACL_INSERT, ACL_UPDATE};
-
-	for (int i = 0; i < 3; i++)
-	{
-		AclResult	r;
-
-		if (!(modes & each[i]))
-			continue;
-		r = pg_class_aclcheck(relid, GetUserId(), each[i]);
-		if (r != ACLCHECK_OK)
-			aclcheck_error(r, OBJECT_TABLE, get_rel_name(relid));
-	}
-}
-
-/*
  * TooLarge tells whether a value is so large that sums of it could overflow
  * numeric (about 1e131072): a sum that fails in reduce would block the
  * pipeline for good, so such values are refused here, one by one.
@@ -960,42 +941,6 @@ Validate(StateWork *w, Event *ev)
 }
 
 /*
- * CheckDirectWrites refuses to write a relation directly if it has more than
- * its primary key or other columns than the pipeline made: those would not
- * be maintained (no executor, no defaults).  Nor does a direct write fire
- * triggers, so a table with triggers is refused too: pg_repack, for one,
- * follows the changes to a table it rebuilds with a trigger, and would
- * lose the stage's writes.  The stage waits out such a tool (its trigger
- * goes with its last step) instead.
- */
-static void
-CheckDirectWrites(Relation rel, int ncolumns, int nindexes)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	List	   *indexes = RelationGetIndexList(rel);
-	int			n = 0;
-
-	if (rel->trigdesc != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"%s.%s\" has triggers, which the pipeline's writes would not fire",
-						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
-				 errdetail("The pipeline writes this table directly, without the executor. A tool that follows changes with a trigger, such as pg_repack, would lose them."),
-				 errhint("The pipeline goes on once the trigger is gone: wait for the tool to finish, or drop the trigger.")));
-	for (int a = 0; a < desc->natts; a++)
-		if (!TupleDescAttr(desc, a)->attisdropped)
-			n++;
-	if (list_length(indexes) != nindexes || n != ncolumns)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"%s.%s\" has indexes or columns exactonce does not maintain",
-						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
-				 errdetail("The pipeline writes this table directly and keeps only its primary key and its own columns."),
-				 errhint("Drop the added indexes or columns; index a copy or a view of the table instead.")));
-	list_free(indexes);
-}
-
-/*
  * OpenCellIndex opens index state_cell, which the stage keeps, and insists
  * that it is what create_pipeline made: a B-tree on the dimensions, in
  * order, without expressions or predicate.
@@ -1033,10 +978,9 @@ OpenProbes(StateWork *w, Snapshot snap)
 
 	TupleDesc	desc;
 
-	CheckRights(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE);
-	w->rel = table_open(p->state, RowExclusiveLock);
-	CheckDirectWrites(w->rel, p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures + p->ndistinct : 7,
-					  OidIsValid(p->state_cell) ? 2 : 1);
+	w->rel = ShapeOpenDirect(p->state, ACL_SELECT | ACL_INSERT | ACL_UPDATE,
+							 p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures + p->ndistinct : 7,
+							 OidIsValid(p->state_cell) ? 2 : 1);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
 	w->index_info = BuildIndexInfo(w->index);
 	w->probe = KeyProbeBegin(w->rel, w->index, snap);
@@ -1058,9 +1002,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 		w->col_events = ColumnOf(desc, "events");
 		w->col_first = ColumnOf(desc, "first_event_time");
 		w->col_last = ColumnOf(desc, "last_event_time");
-		CheckRights(p->seen, ACL_SELECT | ACL_INSERT);
-		w->seen_rel = table_open(p->seen, RowExclusiveLock);
-		CheckDirectWrites(w->seen_rel, 3, 1);
+		w->seen_rel = ShapeOpenDirect(p->seen, ACL_SELECT | ACL_INSERT, 3, 1);
 		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
 		w->seen_index_info = BuildIndexInfo(w->seen_index);
 		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);

@@ -1,24 +1,26 @@
 /*-------------------------------------------------------------------------
  *
  * keyprobe.c
- *		Find the state rows of a batch's keys, in key order, descending the
- *		primary key's B-tree once per leaf page rather than once per key.
+ *		Find the rows of a batch's keys, in key order, descending a unique
+ *		B-tree once per leaf page rather than once per key.
  *
- * A batch's keys come sorted as the index sorts them (bytes, as collation
- * "C" does), and a large batch has many keys on each leaf page.  So the
- * probe keeps the last leaf page pinned: a key that is not above the page's
- * high key is searched on that page alone, the next one found by a descent
- * from the root as an index scan would.  The page is locked only while it is
- * searched; in between, a concurrent insert may split it, which only moves
- * entries right: a key above the new high key descends again, as does one
- * whose page was deleted meanwhile.  A deleted page is not reused while this
- * transaction's snapshot is registered, as for any index scan that keeps a
- * pin.  What the page says is then checked against the heap, visibility and
+ * A batch's keys come sorted as the index sorts them (the state stage's
+ * keys as bytes, as collation "C" does; distinct.c's members by cell,
+ * column and value), and a large batch has many keys on each leaf page.
+ * So the probe keeps the last leaf page pinned: a key that is neither
+ * above the page's high key nor at its first entry is searched on that
+ * page alone, any other found by a descent from the root as an index scan
+ * would: a key out of order costs a descent, never a wrong answer.  The
+ * page is locked only while it is searched; in between, a concurrent insert
+ * may split it, which only moves entries right: a key above the new high
+ * key descends again, as does one whose page was deleted meanwhile.  A
+ * deleted page is not reused while this transaction's snapshot is
+ * registered, as for any index scan that keeps a pin.  What the page says is then checked against the heap, visibility and
  * HOT chains included, by the table AM.
  *
  * Where the page cannot tell -- the key's entries may go on past the page's
  * end -- the caller asks the index the usual way (KEY_UNSURE), as it does
- * for an index that is not the plain B-tree on text "C" that pipelines make.
+ * for an index that is not a B-tree in ascending order.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,8 +30,6 @@
 #include "access/relscan.h"
 #include "access/tableam.h"
 #include "catalog/pg_am_d.h"
-#include "catalog/pg_opfamily_d.h"
-#include "utils/pg_locale.h"
 #include "utils/rel.h"
 
 #include "utils/keyprobe.h"
@@ -43,26 +43,28 @@ struct KeyProbe
 	BTScanInsertData key;		/* the key sought, as the B-tree code takes it */
 	Buffer		leaf;			/* the last leaf page searched: pinned, not
 								 * locked; or InvalidBuffer */
+	bool		descended;		/* leaf was found by a descent for this key */
 	ItemPointerData *tids;		/* the heap TIDs of the key's entries */
 	int			maxtids;
 };
 
 /*
- * KeyProbeBegin prepares probes of index, the primary key of heap, under
- * snap (registered for longer than the probe).  It returns NULL when the
- * index is not one this probe can read: then probe with an index scan.
+ * KeyProbeBegin prepares probes of index, a B-tree on heap, by all of its
+ * key columns, under snap (registered for longer than the probe).  It
+ * returns NULL when the index is not one this probe can read: then probe
+ * with an index scan.
  */
 KeyProbe *
 KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
 {
 	KeyProbe   *kp;
+	int			nkeys = IndexRelationGetNumberOfKeyAttributes(index);
 
-	if (index->rd_rel->relam != BTREE_AM_OID ||
-		IndexRelationGetNumberOfKeyAttributes(index) != 1 ||
-		index->rd_opfamily[0] != TEXT_BTREE_FAM_OID ||
-		index->rd_indoption[0] != 0 ||
-		!lc_collate_is_c(index->rd_indcollation[0]))
+	if (index->rd_rel->relam != BTREE_AM_OID || nkeys > INDEX_MAX_KEYS)
 		return NULL;
+	for (int i = 0; i < nkeys; i++)
+		if (index->rd_indoption[i] != 0)
+			return NULL;
 
 	kp = palloc0(sizeof(KeyProbe));
 	kp->heap = heap;
@@ -78,10 +80,11 @@ KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
 	kp->key.nextkey = false;
 	kp->key.pivotsearch = false;
 	kp->key.scantid = NULL;
-	kp->key.keysz = 1;
-	ScanKeyEntryInitializeWithInfo(&kp->key.scankeys[0], 0, 1, InvalidStrategy, InvalidOid,
-								   index->rd_indcollation[0],
-								   index_getprocinfo(index, 1, BTORDER_PROC), (Datum) 0);
+	kp->key.keysz = nkeys;
+	for (int i = 0; i < nkeys; i++)
+		ScanKeyEntryInitializeWithInfo(&kp->key.scankeys[i], 0, i + 1, InvalidStrategy, InvalidOid,
+									   index->rd_indcollation[i],
+									   index_getprocinfo(index, i + 1, BTORDER_PROC), (Datum) 0);
 	return kp;
 }
 
@@ -123,20 +126,25 @@ LockLeaf(KeyProbe *kp)
 		opaque = BTPageGetOpaque(page);
 		if (!P_IGNORE(opaque) &&
 			(P_RIGHTMOST(opaque) || _bt_compare(kp->index, &kp->key, page, P_HIKEY) <= 0))
+		{
+			kp->descended = false;
 			return true;
+		}
 		_bt_relbuf(kp->index, kp->leaf);
 		kp->leaf = InvalidBuffer;
 	}
 	_bt_freestack(_bt_search(kp->index, &kp->key, &kp->leaf, BT_READ, kp->snap));
+	kp->descended = true;
 	return BufferIsValid(kp->leaf);
 }
 
 /*
- * KeyProbeFetch looks up key, which must not sort below the key of the
- * previous call, and stores its visible row in slot if it has one.
+ * KeyProbeFetch looks up the key whose columns are keys, best not below
+ * the key of the previous call, and stores its visible row in slot if it
+ * has one.
  */
 KeyProbeResult
-KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot)
+KeyProbeFetch(KeyProbe *kp, Datum *keys, TupleTableSlot *slot)
 {
 	Page		page;
 	BTPageOpaque opaque;
@@ -146,7 +154,9 @@ KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot)
 	int			ntids = 0;
 	bool		past_end;
 
-	kp->key.scankeys[0].sk_argument = PointerGetDatum(key);
+	for (int i = 0; i < kp->key.keysz; i++)
+		kp->key.scankeys[i].sk_argument = keys[i];
+again:
 	if (!LockLeaf(kp))
 		return KEY_ABSENT;
 
@@ -164,6 +174,18 @@ KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot)
 			low = mid + 1;
 		else
 			high = mid;
+	}
+
+	/*
+	 * A key at the first entry of a page kept from before may have entries on
+	 * the page to its left (a key out of order, or older versions): one found
+	 * by a descent has none there.
+	 */
+	if (!kp->descended && low == P_FIRSTDATAKEY(opaque) && !P_LEFTMOST(opaque))
+	{
+		_bt_relbuf(kp->index, kp->leaf);
+		kp->leaf = InvalidBuffer;
+		goto again;
 	}
 	for (; low <= maxoff && _bt_compare(kp->index, &kp->key, page, low) == 0; low++)
 	{

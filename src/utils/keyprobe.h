@@ -23,7 +23,7 @@ typedef enum KeyProbeResult
 } KeyProbeResult;
 
 extern KeyProbe *KeyProbeBegin(Relation heap, Relation index, Snapshot snap);
-extern KeyProbeResult KeyProbeFetch(KeyProbe *kp, text *key, TupleTableSlot *slot);
+extern KeyProbeResult KeyProbeFetch(KeyProbe *kp, Datum *keys, TupleTableSlot *slot);
 extern void KeyProbeEnd(KeyProbe *kp);
 
 #endif							/* EXACTONCE_KEYPROBE_H */
