@@ -49,6 +49,29 @@ struct KeyProbe
 };
 
 /*
+ * SameBytesOrOrder is the order of a variable-length key column, for the
+ * probe's binary searches: two values of the same bytes are equal (every
+ * B-tree order is reflexive), which spares taking apart the many equal
+ * values a search compares, such as the cells of table distincts, arrays
+ * most of whose entries on a page are of one cell.  Any other pair goes to
+ * the column's own order (fn_extra).
+ */
+static Datum
+SameBytesOrOrder(PG_FUNCTION_ARGS)
+{
+	struct varlena *a = (struct varlena *) PG_GETARG_POINTER(0);
+	struct varlena *b = (struct varlena *) PG_GETARG_POINTER(1);
+
+	if (!VARATT_IS_EXTENDED(a) || VARATT_IS_SHORT(a))
+		if (!VARATT_IS_EXTENDED(b) || VARATT_IS_SHORT(b))
+			if (VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+				memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0)
+				PG_RETURN_INT32(0);
+	return FunctionCall2Coll((FmgrInfo *) fcinfo->flinfo->fn_extra, PG_GET_COLLATION(),
+							 PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
+}
+
+/*
  * KeyProbeBegin prepares probes of index, a B-tree on heap, by all of its
  * key columns, under snap (registered for longer than the probe).  It
  * returns NULL when the index is not one this probe can read: then probe
@@ -82,9 +105,18 @@ KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
 	kp->key.scantid = NULL;
 	kp->key.keysz = nkeys;
 	for (int i = 0; i < nkeys; i++)
-		ScanKeyEntryInitializeWithInfo(&kp->key.scankeys[i], 0, i + 1, InvalidStrategy, InvalidOid,
-									   index->rd_indcollation[i],
-									   index_getprocinfo(index, i + 1, BTORDER_PROC), (Datum) 0);
+	{
+		ScanKey		sk = &kp->key.scankeys[i];
+		FmgrInfo   *order = index_getprocinfo(index, i + 1, BTORDER_PROC);
+
+		ScanKeyEntryInitializeWithInfo(sk, 0, i + 1, InvalidStrategy, InvalidOid,
+									   index->rd_indcollation[i], order, (Datum) 0);
+		if (TupleDescAttr(RelationGetDescr(index), i)->attlen == -1)
+		{
+			sk->sk_func.fn_addr = SameBytesOrOrder;
+			sk->sk_func.fn_extra = order;
+		}
+	}
 	return kp;
 }
 
