@@ -17,8 +17,10 @@
  *		to its queue that refuses the range's keys from then on (a producer
  *		writing to the node directly hears of the move), drains the queue,
  *		takes the range's state rows (and seen rows) and dead letters out and
- *		rebuilds the cells from the state left (latest mode).
- *	 3. On the new node, move_keys_in() puts them in and rebuilds its cells.
+ *		takes the range's live keys out of its cells (latest mode), as their
+ *		tombstones would: the cost is the range's, not the node's.
+ *	 3. On the new node, move_keys_in() puts them in, and the keys into its
+ *		cells as their first versions would.
  *	 4. Both node transactions are prepared, then committed (two-phase
  *		commit), and the coordinator's commits last.
  *
@@ -75,7 +77,9 @@
 #include "distributed/node.h"
 #include "engine/drain.h"
 #include "engine/event.h"
+#include "engine/map.h"
 #include "engine/progress.h"
+#include "engine/reduce.h"
 #include "engine/state.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
@@ -265,7 +269,8 @@ ReadSums(MovedTotals *moved)
 
 /*
  * TakeRows deletes a pipeline table's rows of the range and returns them as
- * a JSON array of objects, one per row, by column name (NULL if none): the
+ * a JSON array of objects, one per row, by column name, on one line (NULL
+ * if none; json_agg, which is several times faster than jsonb_agg): the
  * columns of the same table may stand in another order on the other node
  * (state's changed in 1.6); *n is how many, and moved, if not NULL, gets
  * the state rows' sums.
@@ -281,7 +286,8 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 
 	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
 									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
-									   " SELECT pg_catalog.jsonb_agg(taken)::pg_catalog.text, pg_catalog.count(*)%s FROM taken",
+									   " SELECT pg_catalog.replace(pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.chr(10), ''),"
+									   " pg_catalog.count(*)%s FROM taken",
 									   quote_identifier(p->name), table, moved ? SUMS("taken") : ""),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
@@ -420,13 +426,14 @@ CheckRows(Pipeline *p, const char *table, const char *source, Datum rows, int32 
 /*
  * PutRows inserts rows as TakeRows returned them into a pipeline table and
  * returns how many, once CheckRows found each fit for the range (modulus,
- * remainder); moved, if not NULL, gets the state rows' sums.  Rows from a
+ * remainder); moved, if not NULL, gets the state rows' sums, and with
+ * keycols (KeyColumns) SPI_tuptable holds them, a row each.  Rows from a
  * node before 1.6 are the text of an array of the table's row type, read
  * by position.
  */
 static int64
 PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 remainder,
-		MovedTotals *moved)
+		MovedTotals *moved, const char *keycols)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(rows)};
@@ -438,6 +445,14 @@ PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 r
 					  "pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
 					  "pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table);
 	CheckRows(p, table, source, values[0], modulus, remainder);
+	if (keycols)
+	{
+		if (SPI_execute_with_args(psprintf("WITH put AS (INSERT INTO %1$s.%2$s SELECT * FROM %3$s RETURNING *)"
+										   " SELECT %4$s FROM put r", s, table, source, keycols),
+								  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
+		return (int64) SPI_processed;
+	}
 	if (SPI_execute_with_args(psprintf("WITH put AS (INSERT INTO %1$s.%2$s SELECT * FROM %3$s RETURNING *)"
 									   " SELECT NULL, pg_catalog.count(*)%4$s FROM put", s, table, source,
 									   moved ? SUMS("put") : ""),
@@ -464,17 +479,96 @@ MoveDeadLetters(Pipeline *p, int64 n)
 }
 
 /*
- * Rebuild rewrites a pipeline's cells from its state (verify.c), as the
- * caller.
+ * KeyColumns lists the columns of state rows r that KeyDeltas reads.
+ */
+static char *
+KeyColumns(Pipeline *p)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "r.key, r.version, r.value, r.deleted");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, ", r.%s", quote_identifier(p->dims[i]));
+	for (int i = 0; i < p->nmeasures; i++)
+		appendStringInfo(&sql, ", r.%s", quote_identifier(p->measures[i]));
+	for (int i = 0; i < p->ndistinct; i++)
+		appendStringInfo(&sql, ", r.%s", quote_identifier(p->distincts[i]));
+	return sql.data;
+}
+
+/*
+ * KeyDeltas turns the state rows in SPI_tuptable (KeyColumns) into what
+ * their live keys change in the cells: leaving them (sign -1), as their
+ * tombstones would, or entering them (1), as their first versions would.
+ * The deltas point into the rows, which stay until SPI_finish.
+ */
+static Delta *
+KeyDeltas(Pipeline *p, int sign, int *ndeltas)
+{
+	SPITupleTable *tt = SPI_tuptable;
+	Delta	   *deltas = palloc0(sizeof(Delta) * Max(SPI_processed, 1));
+	int			n = 0;
+
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		Delta	   *d = &deltas[n];
+		HeapTuple	tup = tt->vals[r];
+		int			col = 5;
+		bool		isnull;
+		Datum		value;
+
+		CHECK_FOR_INTERRUPTS();
+		if (DatumGetBool(SPI_getbinval(tup, tt->tupdesc, 4, &isnull)))
+			continue;
+		n++;
+		d->key = DatumGetTextPP(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
+		d->version = DatumGetInt64(SPI_getbinval(tup, tt->tupdesc, 2, &isnull));
+		value = SPI_getbinval(tup, tt->tupdesc, 3, &isnull);
+		d->total = DatumGetNumeric(sign > 0 ? value : DirectFunctionCall1(numeric_uminus, value));
+		d->keys = sign;
+		d->cell = palloc(sizeof(Datum) * Max(p->ndims, 1));
+		for (int i = 0; i < p->ndims; i++)
+			d->cell[i] = SPI_getbinval(tup, tt->tupdesc, col++, &isnull);
+		d->measures = palloc0(sizeof(Numeric) * Max(p->nmeasures, 1));
+		for (int i = 0; i < p->nmeasures; i++)
+		{
+			Datum		m = SPI_getbinval(tup, tt->tupdesc, col++, &isnull);
+
+			if (!isnull)
+				d->measures[i] = DatumGetNumeric(sign > 0 ? m : DirectFunctionCall1(numeric_uminus, m));
+		}
+		d->distincts = palloc0(sizeof(Datum) * Max(p->ndistinct, 1));
+		for (int i = 0; i < p->ndistinct; i++)
+		{
+			Datum		v = SPI_getbinval(tup, tt->tupdesc, col++, &isnull);
+
+			if (!isnull)
+				d->distincts[i] = v;
+		}
+	}
+	*ndeltas = n;
+	return deltas;
+}
+
+/*
+ * MoveCells applies the deltas of keys that left or came (KeyDeltas) to
+ * the cells at once (MapRollUp, ReduceApplyCells), so that a move costs
+ * what it moves, not the node's whole state: a cell left without keys
+ * goes, and a min or max that left is read anew from state, which must be
+ * without the keys that left, and with those that came.  Latest mode; the
+ * caller holds the pipeline.
  */
 static void
-Rebuild(Pipeline *p)
+MoveCells(Pipeline *p, Delta *deltas, int n)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(p->name)};
+	HTAB	   *cells;
+	HTAB	   *members;
 
-	if (SPI_execute_with_args("SELECT exactonce.rebuild($1)", 1, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not rebuild the cells of pipeline \"%s\"", p->name);
+	if (n == 0)
+		return;
+	cells = MapRollUp(p, deltas, n, &members);
+	ReduceApplyCells(p, cells, members);
 }
 
 /*
@@ -506,8 +600,8 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs)
  * exactonce_move_keys_out takes a range of keys out of a node's pipeline,
  * for move_keys(): from now on its queue refuses them, its queued events
  * are applied, and the range's state rows and dead letters are deleted and
- * returned (and the seen rows, in accumulate mode), the cells rebuilt
- * without them (latest mode).  Returns (state, seen, dead_letters, horizon,
+ * returned (and the seen rows, in accumulate mode), the keys taken out of
+ * the cells (latest mode).  Returns (state, seen, dead_letters, horizon,
  * keys).
  */
 Datum
@@ -532,6 +626,8 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	TupleDesc	desc;
 	Datum		values[5];
 	bool		nulls[5] = {false, false, false, false, false};
+	Delta	   *deltas = NULL;
+	int			ndeltas = 0;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -560,14 +656,25 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 					false, 0) < 0)
 		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
 	(void) DrainPipeline(p);
+	if (p->mode == PIPELINE_LATEST)
+	{
+		Oid			types[2] = {INT4OID, INT4OID};
+		Datum		args[2] = {Int32GetDatum(modulus), Int32GetDatum(remainder)};
+
+		if (SPI_execute_with_args(psprintf("SELECT %s FROM %s.state r"
+										   " WHERE exactonce.key_bucket(r.key, $1) OPERATOR(pg_catalog.=) $2",
+										   KeyColumns(p), quote_identifier(p->name)),
+								  2, types, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the state rows of pipeline \"%s\" that move", p->name);
+		deltas = KeyDeltas(p, -1, &ndeltas);
+	}
 	state = TakeRows(p, "state", modulus, remainder, &keys, moved);
 	if (p->mode == PIPELINE_ACCUMULATE)
 		seen = TakeRows(p, "seen", modulus, remainder, &dummy, NULL);
 	dead_letters = TakeRows(p, "dead_letters", modulus, remainder, &dead, NULL);
 	MoveDeadLetters(p, -dead);
+	MoveCells(p, deltas, ndeltas);
 	PipelineActAsCaller(p);
-	if (p->mode == PIPELINE_LATEST)
-		Rebuild(p);
 	RecordMove(p, modulus, remainder, "out", target, text_to_cstring(PG_GETARG_TEXT_PP(4)), keys, moved);
 
 	MemoryContextSwitchTo(cxt);
@@ -634,7 +741,7 @@ DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
  * exactonce_move_keys_in puts a range of keys that move_keys_out() took out
  * of another node into this node's pipeline: their state rows (and seen
  * rows) and dead letters, the retention horizon if the other's was higher,
- * the cells rebuilt with them (latest mode).  Returns how many keys came.
+ * the keys put into the cells (latest mode).  Returns how many keys came.
  */
 Datum
 exactonce_move_keys_in(PG_FUNCTION_ARGS)
@@ -650,6 +757,8 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	char	   *state = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
 	MovedTotals sums = {DirectFunctionCall1(int8_numeric, Int64GetDatum(0)), Int64GetDatum(0)};
 	MovedTotals *moved;
+	Delta	   *deltas = NULL;
+	int			ndeltas = 0;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -659,27 +768,30 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	DropMovedTrigger(p, modulus, remainder);
 	if (state != NULL)
-		keys = PutRows(p, "state", state, modulus, remainder, moved);
+		keys = PutRows(p, "state", state, modulus, remainder, moved,
+					   p->mode == PIPELINE_LATEST ? KeyColumns(p) : NULL);
+	if (state != NULL && p->mode == PIPELINE_LATEST)
+		deltas = KeyDeltas(p, 1, &ndeltas);
 	if (!PG_ARGISNULL(6))
 	{
 		if (p->mode != PIPELINE_ACCUMULATE)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("pipeline \"%s\" is in latest mode, which has no seen rows", p->name)));
-		(void) PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)), modulus, remainder, NULL);
+		(void) PutRows(p, "seen", text_to_cstring(PG_GETARG_TEXT_PP(6)), modulus, remainder, NULL, NULL);
 	}
 	if (!PG_ARGISNULL(7))
 	{
-		dead = PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)), modulus, remainder, NULL);
+		dead = PutRows(p, "dead_letters", text_to_cstring(PG_GETARG_TEXT_PP(7)), modulus, remainder, NULL,
+					   NULL);
 	}
 	MoveDeadLetters(p, dead);
+	MoveCells(p, deltas, ndeltas);
 	PipelineActAsCaller(p);
 
 	/* resends below the other node's horizon stay dead letters here */
 	if (!PG_ARGISNULL(8))
 		PipelineSetHorizon(p, PG_GETARG_INT64(8));
-	if (p->mode == PIPELINE_LATEST)
-		Rebuild(p);
 	RecordMove(p, modulus, remainder, "in", text_to_cstring(PG_GETARG_TEXT_PP(3)),
 			   text_to_cstring(PG_GETARG_TEXT_PP(4)), keys, moved);
 	StatementUnpinSearchPath(nestlevel);

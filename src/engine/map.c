@@ -281,6 +281,24 @@ RollUp(Pipeline *p, Delta *deltas, int n)
  * under their token, which it writes to token.  It returns false (staging
  * nothing) for an empty batch.
  */
+/*
+ * MapRollUp is map without staging, for a change that is applied at once
+ * in the transaction that makes it (a move of keys, move.c): the cells n
+ * deltas change, and in *members the leaf members of their distinct
+ * values (NULL without distinct counts), for ReduceApplyCells.
+ */
+HTAB *
+MapRollUp(Pipeline *p, Delta *deltas, int n, HTAB **members)
+{
+	*members = NULL;
+	if (p->ndistinct > 0)
+	{
+		*members = DistinctTableCreate();
+		DistinctOfDeltas(p, deltas, n, *members);
+	}
+	return RollUp(p, deltas, n);
+}
+
 bool
 MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 		 uint8 *token)

@@ -420,3 +420,17 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 	FaultMaybeFail(FAULT_REDUCE);
 	return napplied;
 }
+
+/*
+ * ReduceApplyCells applies cell changes that were never staged (MapRollUp)
+ * and the distinct members with them (or NULL), as ReduceApply applies
+ * staged ones.  The caller holds the pipeline's progress lock.
+ */
+void
+ReduceApplyCells(Pipeline *p, HTAB *cells, HTAB *members)
+{
+	Assert(p->progress_locked);
+	if (members)
+		DistinctApply(p, members, cells);
+	ApplyCells(p, cells);
+}

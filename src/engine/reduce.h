@@ -8,8 +8,11 @@
 #ifndef EXACTONCE_REDUCE_H
 #define EXACTONCE_REDUCE_H
 
+#include "utils/hsearch.h"
+
 #include "exactonce.h"
 
 extern int	ReduceApply(Pipeline *p, Datum tokens, bool have_tokens);
+extern void ReduceApplyCells(Pipeline *p, HTAB *cells, HTAB *members);
 
 #endif							/* EXACTONCE_REDUCE_H */

@@ -13,7 +13,11 @@
 # each with the workers draining as the events arrive, timed from the start
 # of the COPY to every event applied; then
 #   4. a quarter of the keys, (4, 1), moved from node2 to node1 with
-#      exactonce.move_keys(), timed.
+#      exactonce.move_keys(), timed;
+#   5. an eighth of them, (8, 0), moved from node1 to node2 while two pgbench
+#      clients insert through the coordinator (100 new keys per statement):
+#      the move's duration, and the producers' statement latencies during
+#      it (how long the move held them) and outside it.
 # Each run must end with aggregates equal to the producer's truth.  All
 # clusters share the machine's cores.
 # Run as root or as the postgres OS user, after "make install".
@@ -148,6 +152,52 @@ t1=$(now)
 diff=$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")
 printf '%-58s %10s keys in %.2f s   %s\n' "4. move_keys('dtrades', 4, 1, 'node1')" "$moved" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$([ "$diff" = 0 ] && echo PASS || echo "FAIL: $diff cells differ")"
+[ "$diff" = 0 ] || FAILED=1
+
+# 5. a move while producers insert through the coordinator
+psql_on "${C[@]}" >/dev/null <<SQL
+CREATE TABLE load_log (key text, version bigint, value numeric, risk_type text, region text, trade_desk text);
+CREATE SEQUENCE load_seq;
+SQL
+cat >"$BASE/load.sql" <<'SQL'
+WITH r AS (INSERT INTO load_log SELECT 'L' || nextval('load_seq'), 1, (random() * 100)::int,
+	'rt' || (random() * 3)::int, 'rg' || (random() * 2)::int, 'td1' FROM generate_series(1, 100) RETURNING *)
+INSERT INTO dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time)
+SELECT key, version, value, risk_type, region, trade_desk, false, now() FROM r;
+SQL
+( cd "$BASE" && PGHOST="${C[0]}" PGPORT="${C[1]}" pgbench -n -U postgres -c 2 -T 10 -f load.sql -l --log-prefix=load postgres \
+	>"$BASE/pgbench.out" 2>&1 ) &
+LOAD=$!
+sleep 4
+t0=$(now)
+moved=$(psql_on "${C[@]}" -c "SELECT exactonce.move_keys('dtrades', 8, 0, 'node2')")
+t1=$(now)
+wait $LOAD
+NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
+# the truth now: the producer's events and the rows pgbench logged
+psql_on "${C[@]}" >/dev/null <<SQL
+CREATE TABLE truth_load AS SELECT risk_type, region, trade_desk, level, sum(total) AS total, sum(keys)::bigint AS keys FROM (
+	SELECT * FROM truth
+	UNION ALL
+	SELECT risk_type, region, trade_desk, 3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)), sum(value), count(*)
+	  FROM load_log GROUP BY ROLLUP (risk_type, region, trade_desk)) u
+GROUP BY 1, 2, 3, 4;
+DROP TABLE truth;
+ALTER TABLE truth_load RENAME TO truth;
+SQL
+diff=$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")
+# pgbench's log: client, transaction, latency (us), script, end time (s, us)
+# a statement in flight while the move ran waited for it, at worst
+cat "$BASE"/load.* | awk -v a="$t0" -v b="$t1" '{ end = $5 + $6 / 1e6; start = end - $3 / 1e6
+	print (end >= a && start <= b) ? "in" : "out", $3 }' >"$BASE/latencies"
+n_all=$(wc -l <"$BASE/latencies")
+n_in=$(grep -c '^in' "$BASE/latencies" || true)
+held=$(awk '$1 == "in" { print $2 }' "$BASE/latencies" | sort -n | tail -1 | awk '{ printf "%.1f", $1 / 1000 }')
+p99_out=$(awk '$1 == "out" { print $2 }' "$BASE/latencies" | sort -n |
+	awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; printf "%.1f", v[i] / 1000 }')
+printf '%-58s %10s keys in %.2f s   %s\n' "5. move_keys('dtrades', 8, 0, 'node2') under load" "$moved" \
+	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$([ "$diff" = 0 ] && echo PASS || echo "FAIL: $diff cells differ")"
+echo "   producers: $n_all statements of 100 events; the $n_in during the move took at most $held ms; p99 outside it $p99_out ms"
 [ "$diff" = 0 ] || FAILED=1
 
 echo "ratios: through the coordinator / one node $(awk -v a="$RATE_coordinator" -v b="$RATE_single" 'BEGIN { printf "%.2f", a / b }') (COPY)," \

@@ -378,6 +378,15 @@ is( mismatches(
 		 WHERE NOT deleted GROUP BY ROLLUP (d)"),
 	'0',
 	'measures: sums, counts, averages, min, max and distinct counts at the coordinator equal the oracle, across a move');
+# a move takes the keys out of the old node's cells and into the new one's
+# as their tombstones and first versions would: each node's cells are what
+# its state computes
+is( join(',',
+		map { $_->safe_psql($db, "SELECT bool_and(ok) FROM exactonce.verify('positions') WHERE item = 'cells'") }
+		  @nodes),
+	't,t,t',
+	'a move leaves each node\'s cells, min, max and distinct counts as its state computes them')
+  or diag(join("\n", map { $_->safe_psql($db, "SELECT * FROM exactonce.verify('positions')") } @nodes));
 my $summed = 0;
 $summed += $_->safe_psql($db, q{SELECT coalesce(sum(u_distinct), 0) FROM positions.aggregates WHERE level = 0}) for @nodes;
 cmp_ok($summed,
