@@ -269,8 +269,8 @@ ReadSums(MovedTotals *moved)
 
 /*
  * TakeRows deletes a pipeline table's rows of the range and returns them as
- * a JSON array of objects, one per row, by column name, on one line (NULL
- * if none; json_agg, which is several times faster than jsonb_agg): the
+ * a JSON array of objects, one per row, by column name (NULL if none;
+ * json_agg, which is several times faster than jsonb_agg): the
  * columns of the same table may stand in another order on the other node
  * (state's changed in 1.6); *n is how many, and moved, if not NULL, gets
  * the state rows' sums.
@@ -286,8 +286,7 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 
 	if (SPI_execute_with_args(psprintf("WITH taken AS (DELETE FROM %s.%s"
 									   " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)"
-									   " SELECT pg_catalog.replace(pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.chr(10), ''),"
-									   " pg_catalog.count(*)%s FROM taken",
+									   " SELECT pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.count(*)%s FROM taken",
 									   quote_identifier(p->name), table, moved ? SUMS("taken") : ""),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);

@@ -225,7 +225,8 @@ my $gid = 'exactonce_move:trades:8:7:1';
 my ($state, $dead, $horizon) = split /\n/, $nodes[2]->safe_psql(
 	$db, qq{
 BEGIN;
-SELECT state || E'\\n' || coalesce(dead_letters, '') || E'\\n' || coalesce(horizon::text, '')
+SELECT replace(state, E'\\n', '') || E'\\n' || replace(coalesce(dead_letters, ''), E'\\n', '')
+	|| E'\\n' || coalesce(horizon::text, '')
 FROM exactonce.move_keys_out('trades', 8, 7, 'node1', '$gid');
 PREPARE TRANSACTION '$gid';
 }), -1;
