@@ -164,6 +164,27 @@ like($coord->safe_psql($db, q{SELECT state || ' ' || msg FROM caught}),
 	qr/^23502 on server "node[12]": .*null value in column "risk_type"/,
 	'a row a node refuses fails the statement with the node\'s error, naming the node');
 
+# a transaction that sent events cannot be prepared: the nodes commit with
+# the coordinator's own commit, which a prepared transaction would defer;
+# the events are rolled back on the nodes with it
+my (undef, undef, $prepare_err) = $coord->psql(
+	$db, q{
+BEGIN;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+	SELECT 'prep' || i, 1, 1, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 10) i;
+PREPARE TRANSACTION 'eo_prepared';
+});
+like($prepare_err, qr/cannot prepare a transaction that sent events to server "node[12]"/,
+	'PREPARE TRANSACTION is refused once the transaction sent events to a node');
+is( $coord->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts')
+	  . join('',
+		map {
+			$_->safe_psql($db,
+				"SELECT (SELECT count(*) FROM trades.ingest WHERE key LIKE 'prep%')
+				      + (SELECT count(*) FROM trades.state WHERE key LIKE 'prep%')")
+		} @nodes[ 0, 1 ]),
+	'000', 'nothing of it is prepared, nor queued or applied on a node');
+
 # a node that goes away while a transaction has sent it events fails that
 # transaction with an error naming it; nothing of it lands anywhere
 my $k2 = $coord->safe_psql($db,
