@@ -487,7 +487,7 @@ ApplyLevel(DistinctWork *w, HTAB *members, HTAB *cells, int level)
 		had = FetchMember(w, keys);
 		count = Max(had, 0) + m->n;
 		/* as for the aggregates (reduce.c): only batches out of order */
-		if (count < 0 || (had < 0 && count == 0))
+		if (count < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("the batches given would leave a value of a cell of pipeline \"%s\" with " INT64_FORMAT " contributions",
