@@ -27,7 +27,9 @@
 
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_type.h"
 #include "storage/lmgr.h"
@@ -39,6 +41,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 
 #include "catalog/shape.h"
@@ -475,4 +478,24 @@ ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes)
 				 errhint("Drop the added indexes or columns; index a copy or a view of the table instead.")));
 	list_free(indexes);
 	return rel;
+}
+
+/*
+ * ShapeIndexIs tells whether index, open, is a plain B-tree of table relid
+ * on exactly the columns attnums, in order (and unique, if asked): one a
+ * stage that writes the table directly can keep and search.
+ */
+bool
+ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool unique)
+{
+	Form_pg_index form = index->rd_index;
+
+	if (index->rd_rel->relam != BTREE_AM_OID || form->indrelid != relid ||
+		form->indnatts != n || form->indnkeyatts != n || (unique && !form->indisunique) ||
+		RelationGetIndexExpressions(index) != NIL || RelationGetIndexPredicate(index) != NIL)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (form->indkey.values[i] != attnums[i])
+			return false;
+	return true;
 }

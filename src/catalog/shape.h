@@ -30,5 +30,6 @@ extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
 							 const char *column, Oid type);
 extern Relation ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes);
+extern bool ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool unique);
 
 #endif							/* EXACTONCE_SHAPE_H */

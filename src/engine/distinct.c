@@ -32,7 +32,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/index.h"
-#include "catalog/pg_am.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -319,7 +318,6 @@ OpenDistincts(DistinctWork *w)
 {
 	Pipeline   *p = w->p;
 	List	   *indexes;
-	Form_pg_index form;
 	bool		ok;
 
 	w->rel = ShapeOpenDirect(p->distinct_values, ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE,
@@ -330,12 +328,7 @@ OpenDistincts(DistinctWork *w)
 	w->att[3] = AttnumOf(w->rel, "n");
 	indexes = RelationGetIndexList(w->rel);
 	w->index = index_open(linitial_oid(indexes), RowExclusiveLock);
-	form = w->index->rd_index;
-	ok = w->index->rd_rel->relam == BTREE_AM_OID && form->indisunique && form->indnatts == 3 &&
-		RelationGetIndexExpressions(w->index) == NIL &&
-		RelationGetIndexPredicate(w->index) == NIL;
-	for (int i = 0; ok && i < 3; i++)
-		ok = form->indkey.values[i] == w->att[i];
+	ok = ShapeIndexIs(w->index, p->distinct_values, w->att, 3, true);
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

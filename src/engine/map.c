@@ -277,11 +277,6 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 }
 
 /*
- * MapStage pre-aggregates n deltas at every rollup level and stages them
- * under their token, which it writes to token.  It returns false (staging
- * nothing) for an empty batch.
- */
-/*
  * MapRollUp is map without staging, for a change that is applied at once
  * in the transaction that makes it (a move of keys, move.c): the cells n
  * deltas change, and in *members the leaf members of their distinct
@@ -299,6 +294,11 @@ MapRollUp(Pipeline *p, Delta *deltas, int n, HTAB **members)
 	return RollUp(p, deltas, n);
 }
 
+/*
+ * MapStage pre-aggregates n deltas at every rollup level and stages them
+ * under their token, which it writes to token.  It returns false (staging
+ * nothing) for an empty batch.
+ */
 bool
 MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 		 uint8 *token)

@@ -36,8 +36,6 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -950,13 +948,8 @@ OpenCellIndex(StateWork *w)
 {
 	Pipeline   *p = w->p;
 	Relation	index = index_open(p->state_cell, RowExclusiveLock);
-	Form_pg_index form = index->rd_index;
-	bool		ok = index->rd_rel->relam == BTREE_AM_OID && form->indrelid == p->state &&
-	form->indnatts == p->ndims && form->indnkeyatts == p->ndims &&
-	RelationGetIndexExpressions(index) == NIL && RelationGetIndexPredicate(index) == NIL;
+	bool		ok = ShapeIndexIs(index, p->state, &w->attnums[EV_DIM0], p->ndims, false);
 
-	for (int i = 0; ok && i < p->ndims; i++)
-		ok = form->indkey.values[i] == w->attnums[EV_DIM0 + i];
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

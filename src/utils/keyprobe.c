@@ -15,8 +15,9 @@
  * may split it, which only moves entries right: a key above the new high
  * key descends again, as does one whose page was deleted meanwhile.  A
  * deleted page is not reused while this transaction's snapshot is
- * registered, as for any index scan that keeps a pin.  What the page says is then checked against the heap, visibility and
- * HOT chains included, by the table AM.
+ * registered, as for any index scan that keeps a pin.  What the page says
+ * is then checked against the heap, visibility and HOT chains included, by
+ * the table AM.
  *
  * Where the page cannot tell -- the key's entries may go on past the page's
  * end -- the caller asks the index the usual way (KEY_UNSURE), as it does
@@ -83,7 +84,7 @@ KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
 	KeyProbe   *kp;
 	int			nkeys = IndexRelationGetNumberOfKeyAttributes(index);
 
-	if (index->rd_rel->relam != BTREE_AM_OID || nkeys > INDEX_MAX_KEYS)
+	if (index->rd_rel->relam != BTREE_AM_OID)
 		return NULL;
 	for (int i = 0; i < nkeys; i++)
 		if (index->rd_indoption[i] != 0)
