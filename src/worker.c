@@ -51,6 +51,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "postmaster/postmaster.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -58,6 +59,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -107,6 +109,8 @@ typedef struct Backoff
 
 static HTAB *backoffs = NULL;
 static bool reset_caches = false;	/* a pipeline this worker served is gone */
+
+static void WorkerRoom(void);
 
 #define EXACTONCE_SEAL_POLL_MS	1	/* first sleep while waiting for inserters
 									 * to end */
@@ -199,6 +203,7 @@ WorkerInit(void)
 	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "exactonce");
 	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "exactonce_launcher_main");
 	RegisterBackgroundWorker(&bgw);
+	WorkerRoom();
 }
 
 
@@ -215,6 +220,37 @@ WorkerCores(void)
 		return (int) Min(cores, INT_MAX);
 #endif
 	return 2;
+}
+
+/*
+ * WorkerRoom makes room for one drain worker per core when the server runs
+ * with PostgreSQL's built-in max_worker_processes (8, which -1 would cap at
+ * 4 workers): it raises it to two per core, so that parallel queries and
+ * other extensions keep the other half.  It runs in the postmaster before
+ * shared memory is sized.  A value set anywhere (postgresql.conf, ALTER
+ * SYSTEM, the command line) is kept, as is everything when
+ * exactonce.workers is set.  The value set is a computed default, so a
+ * later setting in the file still wins at the next restart.
+ */
+static void
+WorkerRoom(void)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			room = Min(2 * WorkerCores(), MAX_BACKENDS / 4);
+	char		value[16];
+
+	if (exactonce_workers >= 0 || room <= max_worker_processes)
+		return;
+	for (int i = 0; i < GetNumConfigOptions(); i++)
+		if (strcmp(vars[i]->name, "max_worker_processes") == 0 &&
+			vars[i]->source != PGC_S_DEFAULT)
+			return;
+	ereport(LOG,
+			(errmsg("exactonce raises max_worker_processes from %d to %d, two per core, to start a drain worker per core",
+					max_worker_processes, room),
+			 errhint("Set max_worker_processes to keep another value; a standby needs at least its primary's.")));
+	snprintf(value, sizeof(value), "%d", room);
+	SetConfigOption("max_worker_processes", value, PGC_POSTMASTER, PGC_S_DYNAMIC_DEFAULT);
 }
 
 /*

@@ -3,7 +3,8 @@
 # max_worker_processes; a reload changes the number without a restart (the
 # launcher stops the workers, whose open transactions roll back, and starts
 # the new number); a pipeline created without shards gets one per worker of
-# its database, between 2 and 16.  Every event is applied once through the
+# its database, between 2 and 16; max_worker_processes left at its default
+# is raised to two per core.  Every event is applied once through the
 # changes.
 
 use strict;
@@ -21,6 +22,7 @@ sub sql { return $node->safe_psql($db, shift); }
 
 my $drainers = q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'};
 
+is(sql('SHOW max_worker_processes'), '12', 'a max_worker_processes that is set is kept');
 is(sql(q{SELECT boot_val FROM pg_settings WHERE name = 'exactonce.workers'}),
 	'-1', 'exactonce.workers defaults to -1, sized from the machine');
 my $cores = `nproc` + 0;
@@ -80,4 +82,27 @@ SKIP:
 }
 
 $node->stop;
+
+# left at PostgreSQL's default (8), max_worker_processes is raised to two
+# per core, so that -1 gives every core a worker; on four cores or fewer 8
+# is room enough and stays
+my $plain = eo_node('room', conf => "exactonce.workers = -1\n");
+my $room = 2 * $cores > 8 ? 2 * $cores : 8;
+is($plain->safe_psql($db, 'SHOW max_worker_processes'),
+	$room, "max_worker_processes left unset: room for a worker per core ($room)");
+is($plain->safe_psql($db, q{SELECT source FROM pg_settings WHERE name = 'max_worker_processes'}),
+	'default', '... as a computed default, which a setting in the file overrides');
+my $workers = $cores < $room / 2 ? $cores : $room / 2;
+ok($plain->poll_query_until($db, "SELECT ($drainers) = $workers"), "$workers drain workers");
+if ($room > 8)
+{
+	like(slurp_file($plain->logfile), qr/exactonce raises max_worker_processes from 8 to $room/,
+		'the log says it was raised');
+}
+else
+{
+	unlike(slurp_file($plain->logfile), qr/exactonce raises max_worker_processes/,
+		'not raised where 8 is room enough');
+}
+$plain->stop;
 done_testing();
