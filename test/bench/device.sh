@@ -1,0 +1,338 @@
+#!/bin/bash
+# test/bench/device.sh: the 16-core figures, in one run on one machine.
+#
+#   bash ../shared/device/bundle.sh                  (here: PostgreSQL 15, the
+#                                                     extension, the producer)
+#   run  carry: [".device-bundle"]
+#        command: BUNDLE=.device-bundle bash test/bench/device.sh
+#
+# or, where PostgreSQL 15 and tools/producer are installed, plainly
+# `bash test/bench/device.sh` (the figures then say what that machine does).
+# One event file (tools/producer: 10% duplicates, 10% stale resends, 10%
+# moves, 2% tombstones; EVENTS over TRADES keys) feeds every section, and
+# every run is checked against the producer's truth:
+#
+#   scale     COPY into a plain table, 1 and 8 sessions (the floors); the
+#             workers' drain of the pre-loaded queue for each of SHARDS;
+#             end to end, 8 sessions COPY chunks of 10,000 while 16 shards
+#             drain, beside the same chunked COPY into a plain table.
+#             exactonce.workers = 16, shared_buffers 8GB.      (31: 2, 3, 5)
+#   defaults  the same drain with nothing of exactonce or the workers set,
+#             as a ratio of the best hand-set drain above.          (31: 1)
+#   latency   a paced stream of 50,000 events/s in batches of 1,000 into a
+#             4-shard pipeline, at shared_buffers 1GB and 32GB; then four
+#             such producers at 250,000 events/s each (1M offered) into four
+#             pipelines at 32GB.                                     (31: 4)
+#   dist      a coordinator and four nodes, each node pinned to a quarter of
+#             the cores: 8 sessions COPY the chunks through the coordinator
+#             into a pipeline on 1, 2 and 4 nodes, to every event applied;
+#             then the four nodes fed their own keys directly.   (33: 1, 2)
+#
+# SECTIONS picks some ("scale dist"); PERF=1 adds a flame graph of the 1-
+# and the 16-shard drain where perf is on PATH (or packed beside the bundle
+# as perf.tar.xz: perf/perf and the libraries it needs in pglibs/).  Everything goes to stdout and to
+# $OUT/device.txt; the last lines are the ratios beside their targets.
+set -u
+EVENTS=${EVENTS:-4000000}
+TRADES=${TRADES:-800000}
+SHARDS=${SHARDS:-"1 4 16"}
+SECTIONS=${SECTIONS:-"scale defaults latency dist"}
+LAT_EVENTS=${LAT_EVENTS:-500000}
+M_EVENTS=${M_EVENTS:-1000000}
+SB=${SB:-8GB}
+LAT_SB=${LAT_SB:-"1GB 32GB"}
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+exec > >(tee "$O/device.txt") 2>&1
+if [ -n "${BUNDLE:-}" ]; then
+	tar -xJf "$BUNDLE/pg.tar.xz" -C / && mkdir -p /opt && tar -xJf "$BUNDLE/pglibs.tar.xz" -C /opt || exit 1
+	[ -f "$BUNDLE/perf.tar.xz" ] && tar -xJf "$BUNDLE/perf.tar.xz" -C /opt
+	export LD_LIBRARY_PATH=/opt/pglibs PATH=$PATH:/opt/perf
+fi
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+export PATH=$PGBIN:$(pwd)/tools:$PATH
+id postgres >/dev/null 2>&1 || useradd -m postgres 2>/dev/null ||
+	{ echo "postgres:x:990:990::/tmp:/bin/sh" >>/etc/passwd; echo "postgres:x:990:" >>/etc/group; }
+as_pg() { runuser -u postgres -- env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} PATH=$PATH "$@"; }
+t() { date +%s.%N; }
+c() { awk "BEGIN{printf \"%.3f\", $1}"; }
+ci() { awk "BEGIN{printf \"%d\", $1}"; }
+CORES=$(nproc)
+echo "machine: $CORES cores, $(free -g | awk '/Mem/{print $2}') GB; $EVENTS events over $TRADES keys"
+W=${W:-/tmp/eo-device}
+rm -rf "$W"
+mkdir -p "$W"
+chown postgres "$W"
+COLS="key, version, value, risk_type, region, trade_desk, deleted, event_time"
+DIMS="ARRAY['risk_type','region','trade_desk']"
+RESULTS=()
+result() { RESULTS+=("$*"); echo "$*"; }
+
+t0=$(t)
+producer -q --events "$EVENTS" --trades "$TRADES" --duplicates 0.10 --stale 0.10 --tombstones 0.02 --moves 0.10 \
+	--seed 42 --output "$W/events.copy" --truth-file "$W/truth.copy" >/dev/null || exit 1
+split -l 10000 -d -a 5 "$W/events.copy" "$W/chunk."
+split -n l/8 -d "$W/events.copy" "$W/part."
+chmod 644 "$W"/*
+echo "events generated in $(c "$(t)-$t0") s"
+
+# sessions TABLE DIR PORT FILES...: 8 sessions COPY the files, one
+# transaction each, round robin
+sessions() {
+	local table=$1 host=$2 port=$3 i n=0 pids=()
+	shift 3
+	rm -f "$W"/sess.*
+	for f in "$@"; do
+		echo "COPY $table ($COLS) FROM '$f';" >>"$W/sess.$((n % 8))"
+		n=$((n + 1))
+	done
+	for i in $(seq 0 7); do
+		[ -f "$W/sess.$i" ] || continue
+		PGHOST=$host PGPORT=$port psql -X -q -v ON_ERROR_STOP=1 -f "$W/sess.$i" >/dev/null &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+}
+
+# truth_diff AGGREGATES [TRUTH]: the cells that differ from the truth, both ways
+truth_diff() {
+	echo "SELECT count(*) FROM ((SELECT risk_type, region, trade_desk, level, total, keys FROM $1
+		EXCEPT ALL SELECT * FROM ${2:-truth}) UNION ALL (SELECT * FROM ${2:-truth}
+		EXCEPT ALL SELECT risk_type, region, trade_desk, level, total, keys FROM $1)) d"
+}
+
+# --- the single cluster: scale, defaults, latency ---------------------------
+A=$W/a
+as_pg initdb -D "$A" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >"$W/initdb.log" || exit 1
+cp "$A/postgresql.conf" "$W/base.conf"
+export PGHOST=$W PGPORT=5432 PGUSER=postgres PGDATABASE=postgres PGOPTIONS="-c client_min_messages=warning"
+q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+
+# server SHARED_BUFFERS "LINES": restart the cluster with these settings
+server() {
+	as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
+	cp "$W/base.conf" "$A/postgresql.conf"
+	printf "port = 5432\nlisten_addresses = ''\nunix_socket_directories = '%s'\nshared_preload_libraries = 'exactonce'\nexactonce.database = 'postgres'\nshared_buffers = %s\nmax_wal_size = 64GB\nmin_wal_size = 4GB\ncheckpoint_timeout = 1h\nfsync = on\nsynchronous_commit = on\n%b" \
+		"$W" "$1" "$2" >>"$A/postgresql.conf"
+	as_pg pg_ctl -D "$A" -l "$W/server.log" -w -t 300 start >/dev/null || { tail "$W/server.log"; exit 1; }
+	q -c "CREATE EXTENSION IF NOT EXISTS exactonce"
+	q -c "CREATE TABLE IF NOT EXISTS truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)"
+	[ "$(q -c "SELECT count(*) > 0 FROM truth")" = t ] || q -c "COPY truth FROM '$W/truth.copy'"
+}
+TUNED='exactonce.workers = 16\nmax_worker_processes = 64\n'
+
+# drained NAME: wait until nothing is queued or staged
+drained() {
+	until [ "$(q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = '$1'")" = t ]; do
+		sleep 0.02
+	done
+}
+
+# drain NAME SHARDS-ARGUMENT: the workers' drain of the pre-loaded queue;
+# sets RATE
+drain() {
+	local p=$1 t0 s l0 wal diff
+	q -c "SELECT exactonce.create_pipeline('$p', $DIMS$2)" >/dev/null
+	q -c "SELECT exactonce.pause('$p')" >/dev/null
+	q -c "COPY $p.ingest ($COLS) FROM '$W/events.copy'"
+	q -c CHECKPOINT
+	l0=$(q -c "SELECT pg_current_wal_lsn()")
+	t0=$(t)
+	q -c "SELECT exactonce.resume('$p')" >/dev/null
+	local perf=""
+	if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
+		(sleep 0.3; perf record -a -g -F 499 -o "$W/perf-$p.data" -- sleep 2 >/dev/null 2>&1) &
+		perf=$!
+	fi
+	drained "$p"
+	s=$(c "$(t)-$t0")
+	[ -n "$perf" ] && wait $perf
+	RATE=$(ci "$EVENTS/$s")
+	wal=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
+	diff=$(q -c "$(truth_diff $p.aggregates)")
+	SHARDS_OF=$(q -c "SELECT shards FROM exactonce.pipelines WHERE name = '$p'")
+	echo "  drain $p: $SHARDS_OF shards, $s s, $RATE events/s, WAL $(ci "$wal/$EVENTS") B/event; cells differing: $diff"
+	[ "$diff" = 0 ] || result "FAIL: $p differs from the truth"
+	q -c "SELECT exactonce.drop_pipeline('$p', force => true)" >/dev/null
+}
+
+BEST=0
+if [[ " $SECTIONS " == *" scale "* ]]; then
+	echo "== scale: shared_buffers $SB, exactonce.workers 16"
+	server $SB "$TUNED"
+	q -c "CREATE TABLE plain (key text, version bigint, value numeric, risk_type text, region text, trade_desk text, deleted boolean, event_time timestamptz)"
+	q -c CHECKPOINT; t0=$(t); q -c "COPY plain ($COLS) FROM '$W/events.copy'"; COPY1=$(ci "$EVENTS/($(t)-$t0)")
+	q -c "TRUNCATE plain"; q -c CHECKPOINT; t0=$(t); sessions plain "$W" 5432 "$W"/part.*; COPY8=$(ci "$EVENTS/($(t)-$t0)")
+	q -c "TRUNCATE plain"; q -c CHECKPOINT; t0=$(t); sessions plain "$W" 5432 "$W"/chunk.*; CHUNKED=$(ci "$EVENTS/($(t)-$t0)")
+	q -c "DROP TABLE plain"
+	result "COPY into a plain table: 1 session $COPY1, 8 sessions $COPY8, 8 sessions in chunks of 10,000 $CHUNKED events/s"
+	for sh in $SHARDS; do
+		PROFILE=$([ "$sh" = 16 ] || [ "$sh" = 1 ] && echo "${PERF:-}")
+		drain "s$sh" ", shards => $sh"
+		[ "$sh" = 1 ] && result "drain, 1 shard: $RATE events/s = $(c "$RATE/$COPY1")x the 1-session COPY (target 0.45x)"
+		[ "$sh" = 16 ] && { BEST=$RATE; result "drain, 16 shards: $RATE events/s = $(c "$RATE/$COPY8")x the 8-session COPY (target 0.8x)"; }
+		[ "$sh" != 1 ] && [ "$sh" != 16 ] && result "drain, $sh shards: $RATE events/s"
+		if [ -f "$W/perf-s$sh.data" ]; then
+			perf script -i "$W/perf-s$sh.data" 2>/dev/null >"$W/perf-s$sh.txt"
+			python3 test/bench/flamegraph.py "drain of $EVENTS events, $sh shards, $CORES cores" <"$W/perf-s$sh.txt" \
+				>"$O/flame-drain-$sh-shards.svg" 2>/dev/null || rm -f "$O/flame-drain-$sh-shards.svg"
+			[ -s "$O/flame-drain-$sh-shards.svg" ] || xz -1 <"$W/perf-s$sh.txt" >"$O/perf-drain-$sh-shards.txt.xz"
+			echo "  a profile of 2 s of it: $(ls "$O"/*-$sh-shards.*)"
+		fi
+	done
+	q -c "SELECT exactonce.create_pipeline('e2e', $DIMS, shards => 16)" >/dev/null
+	q -c CHECKPOINT
+	l0=$(q -c "SELECT pg_current_wal_lsn()")
+	t0=$(t)
+	sessions e2e.ingest "$W" 5432 "$W"/chunk.*
+	tl=$(c "$(t)-$t0")
+	drained e2e
+	s=$(c "$(t)-$t0")
+	wal=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
+	diff=$(q -c "$(truth_diff e2e.aggregates)")
+	[ "$diff" = 0 ] || result "FAIL: e2e differs from the truth"
+	E2E=$(ci "$EVENTS/$s")
+	result "end to end, 8 sessions chunked, 16 shards: inserted in $tl s, applied in $s s: $E2E events/s = $(c "$E2E/$CHUNKED")x the chunked COPY (target 0.65x); WAL $(ci "$wal/$EVENTS") B/event"
+	q -c "SELECT exactonce.drop_pipeline('e2e', force => true)" >/dev/null
+fi
+
+if [[ " $SECTIONS " == *" defaults "* ]]; then
+	echo "== defaults: shared_buffers $SB, nothing else set"
+	server $SB ''
+	sleep 1
+	mwp=$(q -c "SHOW max_worker_processes")
+	workers=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'")
+	drain dflt ''
+	line="defaults (max_worker_processes $mwp, $workers workers, $SHARDS_OF shards): $RATE events/s"
+	[ "$BEST" -gt 0 ] && line="$line = $(c "$RATE/$BEST")x the best hand-set, 16 workers and 16 shards (target 0.8x)"
+	result "$line"
+fi
+
+if [[ " $SECTIONS " == *" latency "* ]]; then
+	for sb in $LAT_SB; do
+		echo "== latency: shared_buffers $sb"
+		server $sb "$TUNED"
+		q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
+		producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
+			>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
+		drained lat
+		lat=$(q -c "SELECT extract(milliseconds FROM latency_p50)::numeric(8,1) || ' / ' || extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'lat'")
+		diff=$(q -c "$(truth_diff lat.aggregates lat_truth)")
+		[ "$diff" = 0 ] || result "FAIL: lat differs from the truth"
+		result "latency at 50,000 events/s in batches of 1,000, shared_buffers $sb: p50 / p99 $lat ms (target p99 $([ $sb = 32GB ] && echo 40 || echo 25) ms)"
+		q -c "SELECT exactonce.drop_pipeline('lat', force => true)" >/dev/null
+	done
+	echo "== latency: 1M events/s offered, four producers of 250,000/s, shared_buffers $sb"
+	pids=()
+	for i in 1 2 3 4; do
+		q -c "SELECT exactonce.create_pipeline('m$i', $DIMS, shards => 4)" >/dev/null
+	done
+	for i in 1 2 3 4; do
+		producer -q -p m$i --events $M_EVENTS --trades $((M_EVENTS / 5)) --rate 250000 --batch 1000 --seed $i -T m${i}_truth \
+			>"$W/m$i.out" 2>&1 &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	worst=0
+	for i in 1 2 3 4; do
+		drained m$i
+		diff=$(q -c "$(truth_diff m$i.aggregates m${i}_truth)")
+		[ "$diff" = 0 ] || result "FAIL: m$i differs from the truth"
+		p=$(q -c "SELECT extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'm$i'")
+		sent=$(awk '$1 == "events_per_second" {print $2}' "$W/m$i.out")
+		echo "  m$i: sent at $sent events/s, p99 $p ms"
+		worst=$(awk -v a="$worst" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
+	done
+	result "latency at 1M events/s offered (4 x 250,000/s, batches of 1,000, 4 x 4 shards): worst p99 $worst ms (target 100 ms)"
+fi
+as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
+
+# --- a coordinator and four nodes --------------------------------------------
+if [[ " $SECTIONS " == *" dist "* ]]; then
+	per=$((CORES / 4))
+	echo "== dist: a coordinator and four nodes, each node on $per of the $CORES cores"
+	N=("$W/coord" 5440 "$W/n1" 5441 "$W/n2" 5442 "$W/n3" 5443 "$W/n4" 5444)
+	for i in 0 1 2 3 4; do
+		dir=${N[$((2 * i))]} port=${N[$((2 * i + 1))]}
+		pin=()
+		[ "$i" -gt 0 ] && [ "$per" -ge 1 ] && pin=(taskset -c $(((i - 1) * per))-$((i * per - 1)))
+		mkdir -p "$dir"; chown postgres "$dir"
+		as_pg initdb -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null || exit 1
+		printf "port = %s\nlisten_addresses = ''\nunix_socket_directories = '%s'\nshared_preload_libraries = 'exactonce'\nexactonce.database = 'postgres'\nexactonce.workers = %s\nmax_worker_processes = 32\nmax_prepared_transactions = 64\nshared_buffers = 4GB\nmax_wal_size = 32GB\ncheckpoint_timeout = 1h\nfsync = on\nsynchronous_commit = on\n" \
+			"$port" "$dir" "$([ $i = 0 ] && echo 1 || echo $((per > 0 ? per : 1)))" >>"$dir/data/postgresql.conf"
+		as_pg "${pin[@]}" pg_ctl -D "$dir/data" -l "$dir/server.log" -w -t 120 start >/dev/null || { tail "$dir/server.log"; exit 1; }
+		PGHOST=$dir PGPORT=$port q -c "CREATE EXTENSION exactonce"
+	done
+	qc() { PGHOST=$W/coord PGPORT=5440 q "$@"; }
+	qc -c "CREATE EXTENSION postgres_fdw"
+	for i in 1 2 3 4; do
+		qc -c "CREATE SERVER node$i FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$W/n$i', port '544$i', dbname 'postgres')" \
+			-c "CREATE USER MAPPING FOR postgres SERVER node$i OPTIONS (user 'postgres')"
+	done
+	qc -c "CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)" \
+		-c "COPY truth FROM '$W/truth.copy'"
+	# dist_drained: every node's pipeline d has nothing queued or staged
+	dist_drained() {
+		local i
+		for i in $(seq 1 "$1"); do
+			until [ "$(PGHOST=$W/n$i PGPORT=544$i q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 'd'")" = t ]; do
+				sleep 0.02
+			done
+		done
+	}
+	nodes() { local i s=""; for i in $(seq 1 "$1"); do s="$s${s:+, }'node$i'"; done; echo "ARRAY[$s]::name[]"; }
+	declare -A DIST
+	for n in 1 2 4; do
+		qc -c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes $n))" >/dev/null
+		t0=$(t)
+		sessions d.ingest "$W/coord" 5440 "$W"/chunk.*
+		tl=$(c "$(t)-$t0")
+		dist_drained $n
+		s=$(c "$(t)-$t0")
+		diff=$(qc -c "$(truth_diff d.aggregates)")
+		[ "$diff" = 0 ] || result "FAIL: d on $n nodes differs from the truth"
+		DIST[$n]=$(ci "$EVENTS/$s")
+		echo "  $n nodes through the coordinator: inserted in $tl s, applied in $s s: ${DIST[$n]} events/s; cells differing: $diff"
+		[ "$n" = 4 ] || qc -c "SELECT exactonce.drop_pipeline('d')" >/dev/null
+	done
+	# the four nodes fed their own keys directly: the events split by the
+	# coordinator's own routing (its hash partitions)
+	qc -c "CREATE TABLE events (key text COLLATE \"C\", version bigint, value numeric, risk_type text, region text, trade_desk text, deleted boolean, event_time timestamptz)" \
+		-c "COPY events FROM '$W/events.copy'"
+	for i in 0 1 2 3; do
+		qc -c "COPY (SELECT * FROM events WHERE satisfies_hash_partition('d.ingest'::regclass, 4, $i, key)) TO '$W/node$i.copy'"
+		split -l 10000 -d -a 5 "$W/node$i.copy" "$W/nchunk$i."
+	done
+	chmod 644 "$W"/nchunk*
+	qc -c "SELECT exactonce.drop_pipeline('d')" \
+		-c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes 4))" >/dev/null
+	# hash partition i lives on node i + 1, as the coordinator made them
+	t0=$(t)
+	pids=()
+	for i in 0 1 2 3; do
+		j=$((i + 1))
+		( PGHOST=$W/n$j PGPORT=544$j; export PGHOST PGPORT
+		  sessions_one() { for f in "$@"; do echo "COPY d.ingest ($COLS) FROM '$f';"; done; }
+		  files=("$W"/nchunk$i.*)
+		  half=$(( ${#files[@]} / 2 ))
+		  sessions_one "${files[@]:0:$half}" | psql -X -q -v ON_ERROR_STOP=1 >/dev/null &
+		  sessions_one "${files[@]:$half}" | psql -X -q -v ON_ERROR_STOP=1 >/dev/null
+		  wait ) &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	tl=$(c "$(t)-$t0")
+	dist_drained 4
+	s=$(c "$(t)-$t0")
+	diff=$(qc -c "$(truth_diff d.aggregates)")
+	[ "$diff" = 0 ] || result "FAIL: d fed directly differs from the truth"
+	DIRECT=$(ci "$EVENTS/$s")
+	echo "  4 nodes fed directly, 2 sessions each: inserted in $tl s, applied in $s s: $DIRECT events/s; cells differing: $diff"
+	result "distributed, 8 sessions COPY chunks of 10,000 through the coordinator: 1 node ${DIST[1]}, 2 nodes ${DIST[2]}, 4 nodes ${DIST[4]} events/s; 4 nodes = $(c "${DIST[4]}/${DIST[1]}")x one node (target 3.2x)"
+	result "distributed, through the coordinator / the four nodes fed directly ($DIRECT events/s): $(c "${DIST[4]}/$DIRECT")x (target 0.9x)"
+	for i in 0 1 2 3 4; do as_pg pg_ctl -D "${N[$((2 * i))]}/data" -m immediate -w stop >/dev/null 2>&1; done
+fi
+
+grep -h -E "PANIC|FATAL|TRAP" "$W"/server.log "$W"/*/server.log 2>/dev/null | grep -v "administrator command" | head -5
+echo "== results"
+printf '%s\n' "${RESULTS[@]}"
