@@ -10,28 +10,30 @@
 # `bash test/bench/device.sh` (the figures then say what that machine does).
 # One event file (tools/producer: 10% duplicates, 10% stale resends, 10%
 # moves, 2% tombstones; EVENTS over TRADES keys) feeds every section, and
-# every run is checked against the producer's truth:
+# every run is checked against the producer's truth; the sections, in
+# the order they run:
 #
 #   scale     COPY into a plain table, 1 and 8 sessions (the floors); the
 #             workers' drain of the pre-loaded queue for each of SHARDS;
 #             end to end, 8 sessions COPY chunks of 10,000 while 16 shards
 #             drain, beside the same chunked COPY into a plain table.
 #             exactonce.workers = 16, shared_buffers 8GB.      (31: 2, 3, 5)
+#   dist      a coordinator and four nodes, each node pinned to a quarter of
+#             the cores: 8 sessions COPY the chunks through the coordinator
+#             into a pipeline on 1, 2 and 4 nodes, to every event applied;
+#             then the four nodes fed their own keys directly.   (33: 1, 2)
 #   defaults  the same drain with nothing of exactonce or the workers set,
 #             as a ratio of the best hand-set drain above.          (31: 1)
 #   latency   a paced stream of 50,000 events/s in batches of 1,000 into a
 #             4-shard pipeline, at shared_buffers 1GB and 32GB; then four
 #             such producers at 250,000 events/s each (1M offered) into four
 #             pipelines at 32GB.                                     (31: 4)
-#   dist      a coordinator and four nodes, each node pinned to a quarter of
-#             the cores: 8 sessions COPY the chunks through the coordinator
-#             into a pipeline on 1, 2 and 4 nodes, to every event applied;
-#             then the four nodes fed their own keys directly.   (33: 1, 2)
 #
 # SECTIONS picks some ("scale dist"); PERF=1 adds a flame graph of the 1-
-# and the 16-shard drain where perf is on PATH (or packed beside the bundle
-# as perf.tar.xz: perf/perf and the libraries it needs in pglibs/).  Everything goes to stdout and to
-# $OUT/device.txt; the last lines are the ratios beside their targets.
+# and the 16-shard drain where perf is on PATH (or packed beside the
+# bundle as perf.tar.xz: perf/perf, and the libraries it needs in
+# pglibs/).  Everything goes to stdout and to $OUT/device.txt; the last
+# lines are the ratios beside their targets.
 set -u
 EVENTS=${EVENTS:-4000000}
 TRADES=${TRADES:-800000}
@@ -196,66 +198,16 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 	q -c "SELECT exactonce.drop_pipeline('e2e', force => true)" >/dev/null
 fi
 
-if [[ " $SECTIONS " == *" defaults "* ]]; then
-	echo "== defaults: shared_buffers $SB, nothing else set"
-	server $SB ''
-	sleep 1
-	mwp=$(q -c "SHOW max_worker_processes")
-	workers=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'")
-	drain dflt ''
-	line="defaults (max_worker_processes $mwp, $workers workers, $SHARDS_OF shards): $RATE events/s"
-	[ "$BEST" -gt 0 ] && line="$line = $(c "$RATE/$BEST")x the best hand-set, 16 workers and 16 shards (target 0.8x)"
-	result "$line"
-fi
-
-if [[ " $SECTIONS " == *" latency "* ]]; then
-	for sb in $LAT_SB; do
-		echo "== latency: shared_buffers $sb"
-		server $sb "$TUNED"
-		q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
-		producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
-			>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
-		drained lat
-		lat=$(q -c "SELECT extract(milliseconds FROM latency_p50)::numeric(8,1) || ' / ' || extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'lat'")
-		diff=$(q -c "$(truth_diff lat.aggregates lat_truth)")
-		[ "$diff" = 0 ] || result "FAIL: lat differs from the truth"
-		result "latency at 50,000 events/s in batches of 1,000, shared_buffers $sb: p50 / p99 $lat ms (target p99 $([ $sb = 32GB ] && echo 40 || echo 25) ms)"
-		q -c "SELECT exactonce.drop_pipeline('lat', force => true)" >/dev/null
-	done
-	echo "== latency: 1M events/s offered, four producers of 250,000/s, shared_buffers $sb"
-	pids=()
-	for i in 1 2 3 4; do
-		q -c "SELECT exactonce.create_pipeline('m$i', $DIMS, shards => 4)" >/dev/null
-	done
-	for i in 1 2 3 4; do
-		producer -q -p m$i --events $M_EVENTS --trades $((M_EVENTS / 5)) --rate 250000 --batch 1000 --seed $i -T m${i}_truth \
-			>"$W/m$i.out" 2>&1 &
-		pids+=($!)
-	done
-	wait "${pids[@]}"
-	worst=0
-	for i in 1 2 3 4; do
-		drained m$i
-		diff=$(q -c "$(truth_diff m$i.aggregates m${i}_truth)")
-		[ "$diff" = 0 ] || result "FAIL: m$i differs from the truth"
-		p=$(q -c "SELECT extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'm$i'")
-		sent=$(awk '$1 == "events_per_second" {print $2}' "$W/m$i.out")
-		echo "  m$i: sent at $sent events/s, p99 $p ms"
-		worst=$(awk -v a="$worst" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
-	done
-	result "latency at 1M events/s offered (4 x 250,000/s, batches of 1,000, 4 x 4 shards): worst p99 $worst ms (target 100 ms)"
-fi
-as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
-
 # --- a coordinator and four nodes --------------------------------------------
 if [[ " $SECTIONS " == *" dist "* ]]; then
+	as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
 	per=$((CORES / 4))
 	echo "== dist: a coordinator and four nodes, each node on $per of the $CORES cores"
 	N=("$W/coord" 5440 "$W/n1" 5441 "$W/n2" 5442 "$W/n3" 5443 "$W/n4" 5444)
 	for i in 0 1 2 3 4; do
 		dir=${N[$((2 * i))]} port=${N[$((2 * i + 1))]}
 		pin=()
-		[ "$i" -gt 0 ] && [ "$per" -ge 1 ] && pin=(taskset -c $(((i - 1) * per))-$((i * per - 1)))
+		[ "$i" -gt 0 ] && [ "$per" -ge 1 ] && command -v taskset >/dev/null && pin=(taskset -c $(((i - 1) * per))-$((i * per - 1)))
 		mkdir -p "$dir"; chown postgres "$dir"
 		as_pg initdb -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null || exit 1
 		printf "port = %s\nlisten_addresses = ''\nunix_socket_directories = '%s'\nshared_preload_libraries = 'exactonce'\nexactonce.database = 'postgres'\nexactonce.workers = %s\nmax_worker_processes = 32\nmax_prepared_transactions = 64\nshared_buffers = 4GB\nmax_wal_size = 32GB\ncheckpoint_timeout = 1h\nfsync = on\nsynchronous_commit = on\n" \
@@ -332,6 +284,57 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 	result "distributed, through the coordinator / the four nodes fed directly ($DIRECT events/s): $(c "${DIST[4]}/$DIRECT")x (target 0.9x)"
 	for i in 0 1 2 3 4; do as_pg pg_ctl -D "${N[$((2 * i))]}/data" -m immediate -w stop >/dev/null 2>&1; done
 fi
+
+if [[ " $SECTIONS " == *" defaults "* ]]; then
+	echo "== defaults: shared_buffers $SB, nothing else set"
+	server $SB ''
+	sleep 1
+	mwp=$(q -c "SHOW max_worker_processes")
+	workers=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'")
+	drain dflt ''
+	line="defaults (max_worker_processes $mwp, $workers workers, $SHARDS_OF shards): $RATE events/s"
+	[ "$BEST" -gt 0 ] && line="$line = $(c "$RATE/$BEST")x the best hand-set, 16 workers and 16 shards (target 0.8x)"
+	result "$line"
+fi
+
+if [[ " $SECTIONS " == *" latency "* ]]; then
+	for sb in $LAT_SB; do
+		echo "== latency: shared_buffers $sb"
+		server $sb "$TUNED"
+		q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
+		producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
+			>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
+		drained lat
+		lat=$(q -c "SELECT extract(milliseconds FROM latency_p50)::numeric(8,1) || ' / ' || extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'lat'")
+		diff=$(q -c "$(truth_diff lat.aggregates lat_truth)")
+		[ "$diff" = 0 ] || result "FAIL: lat differs from the truth"
+		result "latency at 50,000 events/s in batches of 1,000, shared_buffers $sb: p50 / p99 $lat ms (target p99 $([ $sb = 32GB ] && echo 40 || echo 25) ms)"
+		q -c "SELECT exactonce.drop_pipeline('lat', force => true)" >/dev/null
+	done
+	echo "== latency: 1M events/s offered, four producers of 250,000/s, shared_buffers $sb"
+	pids=()
+	for i in 1 2 3 4; do
+		q -c "SELECT exactonce.create_pipeline('m$i', $DIMS, shards => 4)" >/dev/null
+	done
+	for i in 1 2 3 4; do
+		producer -q -p m$i --events $M_EVENTS --trades $((M_EVENTS / 5)) --rate 250000 --batch 1000 --seed $i -T m${i}_truth \
+			>"$W/m$i.out" 2>&1 &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	worst=0
+	for i in 1 2 3 4; do
+		drained m$i
+		diff=$(q -c "$(truth_diff m$i.aggregates m${i}_truth)")
+		[ "$diff" = 0 ] || result "FAIL: m$i differs from the truth"
+		p=$(q -c "SELECT extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'm$i'")
+		sent=$(awk '$1 == "events_per_second" {print $2}' "$W/m$i.out")
+		echo "  m$i: sent at $sent events/s, p99 $p ms"
+		worst=$(awk -v a="$worst" -v b="$p" 'BEGIN { print (b > a) ? b : a }')
+	done
+	result "latency at 1M events/s offered (4 x 250,000/s, batches of 1,000, 4 x 4 shards): worst p99 $worst ms (target 100 ms)"
+fi
+as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
 
 grep -h -E "PANIC|FATAL|TRAP" "$W"/server.log "$W"/*/server.log 2>/dev/null | grep -v "administrator command" | head -5
 echo "== results"
