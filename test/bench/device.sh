@@ -39,7 +39,7 @@ EVENTS=${EVENTS:-4000000}
 TRADES=${TRADES:-800000}
 SHARDS=${SHARDS:-"1 4 16"}
 SECTIONS=${SECTIONS:-"scale defaults latency dist"}
-LAT_EVENTS=${LAT_EVENTS:-500000}
+LAT_EVENTS=${LAT_EVENTS:-1000000}
 M_EVENTS=${M_EVENTS:-1000000}
 SB=${SB:-8GB}
 LAT_SB=${LAT_SB:-"1GB 32GB"}
@@ -123,11 +123,38 @@ server() {
 }
 TUNED='exactonce.workers = 16\nmax_worker_processes = 64\n'
 
-# drained NAME: wait until nothing is queued or staged
+# drained NAME N [HOST PORT...]: wait until the pipeline's servers have
+# taken N events in all and reduced every batch.  It reads the counters,
+# not the view: the view's queued counts the queue's rows, a scan of the
+# whole backlog, which polled this often would take a core from the drain.
 drained() {
-	until [ "$(q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = '$1'")" = t ]; do
+	local p=$1 n=$2 sum pending row i
+	shift 2
+	[ $# -gt 0 ] || set -- "$W" 5432
+	while :; do
+		sum=0 pending=0
+		for ((i = 1; i <= $#; i += 2)); do
+			row=$(PGHOST=${!i} PGPORT=$(eval echo \${$((i + 1))}) q -F ' ' -c "SELECT ingested,
+				(SELECT count(*) FROM $p.ledger WHERE applied_at IS NULL) FROM $p.progress")
+			sum=$((sum + ${row% *})) pending=$((pending + ${row#* }))
+		done
+		[ "$sum" -ge "$n" ] && [ "$pending" = 0 ] && return 0
 		sleep 0.02
 	done
+}
+
+# waits FILE: sample what the drain workers wait on, every 10 ms or so,
+# until FILE.stop exists; summary FILE prints the shares of the samples
+# of workers not idle (an idle worker sleeps on its latch, Extension)
+waits() {
+	while [ ! -f "$1.stop" ]; do
+		echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU') FROM pg_stat_activity WHERE backend_type = 'exactonce drain';"
+		sleep 0.01
+	done | q >"$1" 2>/dev/null
+}
+summary() {
+	grep -v -e '^$' -e '^Extension:Extension$' "$1" | sort | uniq -c | sort -rn | head -8 |
+		awk -v n="$(grep -v -c -e '^$' -e '^Extension:Extension$' "$1")" '{ c = $1; $1 = ""; printf "    %5.1f%%%s\n", 100 * c / n, $0 }'
 }
 
 # drain NAME SHARDS-ARGUMENT: the workers' drain of the pre-loaded queue;
@@ -146,8 +173,10 @@ drain() {
 		(sleep 0.3; perf record -a -g -F 499 -o "$W/perf-$p.data" -- sleep 2 >/dev/null 2>&1) &
 		perf=$!
 	fi
-	drained "$p"
+	[ -n "${SAMPLE:-}" ] && { waits "$W/waits-$p" & sampler=$!; }
+	drained "$p" "$EVENTS"
 	s=$(c "$(t)-$t0")
+	[ -n "${SAMPLE:-}" ] && { touch "$W/waits-$p.stop"; wait $sampler; echo "  what the busy workers did (sampled; idle ones not counted):"; summary "$W/waits-$p"; }
 	[ -n "$perf" ] && wait $perf
 	RATE=$(ci "$EVENTS/$s")
 	wal=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
@@ -169,7 +198,8 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 	q -c "DROP TABLE plain"
 	result "COPY into a plain table: 1 session $COPY1, 8 sessions $COPY8, 8 sessions in chunks of 10,000 $CHUNKED events/s"
 	for sh in $SHARDS; do
-		PROFILE=$([ "$sh" = 16 ] || [ "$sh" = 1 ] && echo "${PERF:-}")
+		SAMPLE=$([ "$sh" = 16 ] || [ "$sh" = 1 ] && echo 1)
+		PROFILE=${SAMPLE:+${PERF:-}}
 		drain "s$sh" ", shards => $sh"
 		[ "$sh" = 1 ] && result "drain, 1 shard: $RATE events/s = $(c "$RATE/$COPY1")x the 1-session COPY (target 0.45x)"
 		[ "$sh" = 16 ] && { BEST=$RATE; result "drain, 16 shards: $RATE events/s = $(c "$RATE/$COPY8")x the 8-session COPY (target 0.8x)"; }
@@ -186,9 +216,13 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 	q -c CHECKPOINT
 	l0=$(q -c "SELECT pg_current_wal_lsn()")
 	t0=$(t)
+	waits "$W/waits-e2e" &
+	sampler=$!
 	sessions e2e.ingest "$W" 5432 "$W"/chunk.*
 	tl=$(c "$(t)-$t0")
-	drained e2e
+	drained e2e "$EVENTS"
+	touch "$W/waits-e2e.stop"; wait $sampler
+	echo "  what the busy workers did (sampled; idle ones not counted):"; summary "$W/waits-e2e"
 	s=$(c "$(t)-$t0")
 	wal=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$l0')")
 	diff=$(q -c "$(truth_diff e2e.aggregates)")
@@ -223,14 +257,11 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 	done
 	qc -c "CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)" \
 		-c "COPY truth FROM '$W/truth.copy'"
-	# dist_drained: every node's pipeline d has nothing queued or staged
+	# dist_drained N: the pipeline's N nodes have taken every event
 	dist_drained() {
-		local i
-		for i in $(seq 1 "$1"); do
-			until [ "$(PGHOST=$W/n$i PGPORT=544$i q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 'd'")" = t ]; do
-				sleep 0.02
-			done
-		done
+		local i nodes=()
+		for i in $(seq 1 "$1"); do nodes+=("$W/n$i" 544$i); done
+		drained d "$EVENTS" "${nodes[@]}"
 	}
 	nodes() { local i s=""; for i in $(seq 1 "$1"); do s="$s${s:+, }'node$i'"; done; echo "ARRAY[$s]::name[]"; }
 	declare -A DIST
@@ -289,6 +320,7 @@ if [[ " $SECTIONS " == *" defaults "* ]]; then
 	echo "== defaults: shared_buffers $SB, nothing else set"
 	server $SB ''
 	sleep 1
+	SAMPLE=1 PROFILE=
 	mwp=$(q -c "SHOW max_worker_processes")
 	workers=$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'exactonce drain'")
 	drain dflt ''
@@ -304,7 +336,7 @@ if [[ " $SECTIONS " == *" latency "* ]]; then
 		q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
 		producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
 			>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
-		drained lat
+		drained lat "$LAT_EVENTS"
 		lat=$(q -c "SELECT extract(milliseconds FROM latency_p50)::numeric(8,1) || ' / ' || extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'lat'")
 		diff=$(q -c "$(truth_diff lat.aggregates lat_truth)")
 		[ "$diff" = 0 ] || result "FAIL: lat differs from the truth"
@@ -324,7 +356,7 @@ if [[ " $SECTIONS " == *" latency "* ]]; then
 	wait "${pids[@]}"
 	worst=0
 	for i in 1 2 3 4; do
-		drained m$i
+		drained m$i "$M_EVENTS"
 		diff=$(q -c "$(truth_diff m$i.aggregates m${i}_truth)")
 		[ "$diff" = 0 ] || result "FAIL: m$i differs from the truth"
 		p=$(q -c "SELECT extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'm$i'")
