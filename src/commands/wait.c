@@ -87,12 +87,13 @@ RequireNoInsert(Pipeline *p)
 
 /*
  * Unapplied counts the rows visible to before that a shard has still to
- * take, or -1 while a partition is being truncated.  *last is the rotation
- * that took inserts when before was taken (-1: not read yet): the later
- * partitions hold no row visible to it and are not scanned.
+ * take, up to limit (0: all), or -1 while a partition is being truncated.
+ * *last is the rotation that took inserts when before was taken (-1: not
+ * read yet): the later partitions hold no row visible to it and are not
+ * scanned.
  */
 static int64
-Unapplied(Pipeline *p, Snapshot before, int64 *last, bool *paused)
+Unapplied(Pipeline *p, Snapshot before, int64 *last, bool *paused, int64 limit)
 {
 	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
@@ -104,7 +105,7 @@ Unapplied(Pipeline *p, Snapshot before, int64 *last, bool *paused)
 	ProgressRead(p, &rotation, &drain_rotation, paused);
 	if (*last < 0)
 		*last = rotation;
-	return QueueDepth(p, Min(rotation, *last), drain_rotation, shards, before, &oldest);
+	return QueueDepth(p, Min(rotation, *last), drain_rotation, shards, before, &oldest, limit);
 }
 
 /*
@@ -158,15 +159,19 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	{
 		long		ms;
 
-		/* each look in an SPI connection of its own, whose memory it frees */
+		/*
+		 * each look in an SPI connection of its own, whose memory it frees;
+		 * one row left is enough to go on waiting, and all are counted only
+		 * for the error
+		 */
+		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		SPI_connect();
 		PipelineActAsOwner(p);
-		left = Unapplied(p, before, &last, &paused);
+		left = Unapplied(p, before, &last, &paused, ms > 0 ? 1 : 0);
 		PipelineActAsCaller(p);
 		SPI_finish();
 		if (left == 0)
 			break;
-		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (ms <= 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_EXACTONCE_WAIT_TIMEOUT),

@@ -588,22 +588,56 @@ QueueHasRows(Pipeline *p, int slotno)
 }
 
 /*
+ * ScanStart returns where the rows of partition r that a shard has still to
+ * take can begin, and whether the shards' TIDs tell which rows are taken.
+ * When every shard's position in r still holds (no rewrite moved the rows),
+ * a row of shard s is taken if it lies at or before s's last TID, so the
+ * rows before the lowest of those TIDs are all taken and need no look:
+ * what remains is the backlog, not the partition.  Otherwise only the
+ * counts can tell, from the first row.
+ */
+static bool
+ScanStart(Pipeline *p, Relation rel, Snapshot snap, int64 r, QueuePosition *shards,
+		  ItemPointer start)
+{
+	AttrNumber	id_attnum = IdAttnum(rel);
+	int64		lowest = PG_INT64_MAX;
+
+	ItemPointerSet(start, 0, 1);
+	for (int s = 0; s < p->nshards; s++)
+	{
+		if (shards[s].rotation > r)
+			continue;			/* it took all of r */
+		if (shards[s].rotation < r)
+			lowest = 0;			/* it took nothing of r */
+		else if (!PositionHolds(rel, snap, id_attnum, &shards[s]))
+			return false;
+		else
+			lowest = Min(lowest, shards[s].tid);
+	}
+	if (lowest != PG_INT64_MAX)
+		PositionTid(lowest, start);
+	return true;
+}
+
+/*
  * QueueDepth counts the rows waiting in the queue (those of the partitions
  * not truncated yet that a shard has still to take), only those visible to
  * snapshot before if it is not NULL, and finds the oldest waiting
- * event_time.  It never waits for a lock: while a partition is
+ * event_time; with limit > 0 it stops counting there (and *oldest is then
+ * of the rows counted).  It never waits for a lock: while a partition is
  * locked exclusively (a drain truncating it, until that commits or rolls
  * back) the depth is unknown and it returns -1.
  */
 int64
 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-		   QueuePosition *shards, Snapshot before, TimestampTz *oldest)
+		   QueuePosition *shards, Snapshot before, TimestampTz *oldest, int64 limit)
 {
 	int64		depth = 0;
 	int64		seen[EXACTONCE_MAX_SHARDS] = {0};
 
 	*oldest = DT_NOEND;
-	for (int64 r = drain_rotation; r <= rotation; r++)
+	for (int64 r = drain_rotation; r <= rotation && (limit <= 0 || depth < limit); r++)
 	{
 		Oid			relid = p->partitions[r % EXACTONCE_PARTITIONS];
 		Relation	rel;
@@ -614,6 +648,7 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 		TupleTableSlot *slot;
 		AttrNumber	key_attnum,
 					time_attnum;
+		bool		by_tid;
 
 		if (!ConditionalLockRelationOid(relid, AccessShareLock))
 			return -1;
@@ -621,20 +656,24 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 		key_attnum = get_attnum(relid, "key");
 		time_attnum = get_attnum(relid, "event_time");
 		snap = RegisterSnapshot(GetLatestSnapshot());
-		ItemPointerSet(&mintid, 0, 1);
+		memset(seen, 0, sizeof(seen));
+		by_tid = ScanStart(p, rel, snap, r, shards, &mintid);
 		ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
 		scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
 		slot = table_slot_create(rel, NULL);
-		while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		while ((limit <= 0 || depth < limit) &&
+			   table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
 		{
 			bool		isnull;
 			Datum		t;
 			int			shard = QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
 
-			/* taken by its shard already: the first count of its rows */
+			/* taken by its shard already: up to its TID, or its first rows */
 			CHECK_FOR_INTERRUPTS();
 			if (r < shards[shard].rotation ||
-				(r == shards[shard].rotation && ++seen[shard] <= shards[shard].count))
+				(r == shards[shard].rotation &&
+				 (by_tid ? TidPosition(&slot->tts_tid) <= shards[shard].tid :
+				  ++seen[shard] <= shards[shard].count)))
 				continue;
 			if (before != NULL && !table_tuple_satisfies_snapshot(rel, slot, before))
 				continue;

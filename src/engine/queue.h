@@ -52,6 +52,7 @@ extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-						QueuePosition *shards, Snapshot before, TimestampTz *oldest);
+						QueuePosition *shards, Snapshot before, TimestampTz *oldest,
+						int64 limit);
 
 #endif							/* EXACTONCE_QUEUE_H */

@@ -3,7 +3,8 @@
 # holds up its own keys (and the next rotation), never the other shard; the
 # view counts what each shard still has to take; results are exact with one,
 # two and three shards (more shards than workers), and when set_shards()
-# changes the shards while the workers drain.
+# changes the shards while the workers drain; the view's count holds with
+# the shards part way through a partition, also once it was rewritten.
 
 use strict;
 use warnings;
@@ -153,6 +154,41 @@ is(sql("SELECT mismatches('sh2')"), '0', 'sh2: aggregates equal the oracle');
 is(ingested('sh2'), sql("SELECT count(*) FROM produced WHERE pipe = 'sh2'"), 'sh2: every event counted once');
 is(sql("SELECT count(*) || ' ' || sum(taken) FROM sh2.shard"),
 	'2 ' . ingested('sh2'), 'sh2: two shards, which took every event');
+
+# 4. the view counts what each shard has still to take while both shards
+# stand part way through a partition: by the TIDs of their positions, and,
+# once a rewrite moved the rows to other TIDs, by the counts of their rows
+eo_alter_system($node, 'exactonce.batch_size' => 50);
+sql(q{
+SELECT exactonce.create_pipeline('sh4', ARRAY['a'], shards => 2);
+INSERT INTO sh4.ingest (key, version, value, a) SELECT 'k' || i, 1, 1, 'a' || (i % 4) FROM generate_series(1, 20000) i;
+INSERT INTO produced SELECT 'sh4', 'k' || i, 1, 1, 'a' || (i % 4) FROM generate_series(1, 20000) i;
+});
+ok($node->poll_query_until($db, 'SELECT bool_and(taken > 0) FROM sh4.shard'), 'sh4: both shards take batches');
+sql(q{SELECT exactonce.pause('sh4')});
+my ($taken, $before) = (-1, -2);
+while ($taken != $before)
+{
+	$before = $taken;
+	sleep 1;
+	$taken = sql('SELECT sum(taken) FROM sh4.shard');
+}
+ok($taken > 0 && $taken < 20000, "sh4: paused part way through the partition ($taken of 20000 taken)");
+is(sql(q{SELECT queued FROM exactonce.pipelines WHERE name = 'sh4'}),
+	20000 - $taken, 'sh4: the view counts the rows the shards have still to take');
+my $part = sql(q{SELECT 'sh4.ingest_' || drain_rotation % 2 FROM sh4.progress});
+my $moved = sql("SELECT ctid FROM $part ORDER BY ctid OFFSET 1000 LIMIT 1");
+sql("ALTER TABLE $part SET (fillfactor = 40); VACUUM FULL $part; ALTER TABLE $part RESET (fillfactor)");
+isnt(sql("SELECT ctid FROM $part ORDER BY ctid OFFSET 1000 LIMIT 1"), $moved, 'sh4: VACUUM FULL moved the rows');
+is(sql(q{SELECT queued FROM exactonce.pipelines WHERE name = 'sh4'}),
+	20000 - $taken, '... and the view counts the same rows still to take');
+my $log_offset = -s $node->logfile;
+sql(q{SELECT exactonce.resume('sh4')});
+ok(eo_wait_drained($node, $db, 'sh4'), 'sh4: drained once resumed');
+like(slurp_file($node->logfile, $log_offset), qr/found its position in rewritten queue partition/,
+	'sh4: the shards found their positions again');
+is(sql("SELECT mismatches('sh4')"), '0', 'sh4: aggregates equal the oracle');
+eo_alter_system($node, 'exactonce.batch_size' => undef);
 
 $node->stop;
 done_testing();
