@@ -63,6 +63,9 @@ summary=()
 for build in "$@"; do
 	name=${build%%=*}
 	so=${build#*=}
+	# never over a library a running server has mapped: it would crash
+	as_pg pg_ctl -D "$W/data" -m fast -w stop >/dev/null 2>&1
+	rm -f "$LIB/exactonce.so"
 	cp "$so" "$LIB/exactonce.so"
 	for sb in $SBLIST; do
 		sed -i "s/^shared_buffers = .*/shared_buffers = $sb/" "$W/data/postgresql.conf"
@@ -84,6 +87,7 @@ for build in "$@"; do
 	done
 done
 as_pg pg_ctl -D "$W/data" -m fast -w stop >/dev/null
+rm -f "$LIB/exactonce.so"
 cp "$W/installed.so" "$LIB/exactonce.so"
 echo "== paced 50,000 events/s in batches of 1,000, 4 shards"
 printf '%s\n' "${summary[@]}"
