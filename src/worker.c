@@ -51,7 +51,6 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "postmaster/postmaster.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -225,18 +224,19 @@ WorkerCores(void)
 /*
  * WorkerRoom makes room for one drain worker per core when the server runs
  * with PostgreSQL's built-in max_worker_processes (8, which -1 would cap at
- * 4 workers): it raises it to two per core, so that parallel queries and
- * other extensions keep the other half.  It runs in the postmaster before
- * shared memory is sized.  A value set anywhere (postgresql.conf, ALTER
- * SYSTEM, the command line) is kept, as is everything when
- * exactonce.workers is set.  The value set is a computed default, so a
- * later setting in the file still wins at the next restart.
+ * 4 workers): it raises it to two per core (at most two per worker slot),
+ * so that parallel queries and other extensions keep the other half.  It
+ * runs in the postmaster before shared memory is sized.  A value set
+ * anywhere (postgresql.conf, ALTER SYSTEM, the command line) is kept, as
+ * is everything when exactonce.workers is set.  The value set is a
+ * computed default, so a later setting in the file still wins at the next
+ * restart.
  */
 static void
 WorkerRoom(void)
 {
 	struct config_generic **vars = get_guc_variables();
-	int			room = Min(2 * WorkerCores(), MAX_BACKENDS / 4);
+	int			room = Min(2 * WorkerCores(), 2 * EXACTONCE_MAX_WORKERS);
 	char		value[16];
 
 	if (exactonce_workers >= 0 || room <= max_worker_processes)

@@ -593,8 +593,9 @@ QueueHasRows(Pipeline *p, int slotno)
  * When every shard's position in r still holds (no rewrite moved the rows),
  * a row of shard s is taken if it lies at or before s's last TID, so the
  * rows before the lowest of those TIDs are all taken and need no look:
- * what remains is the backlog, not the partition.  Otherwise only the
- * counts can tell, from the first row.
+ * what remains is the backlog, not the partition (nothing, where every
+ * shard has passed r).  Otherwise only the counts can tell, from the first
+ * row.
  */
 static bool
 ScanStart(Pipeline *p, Relation rel, Snapshot snap, int64 r, QueuePosition *shards,
@@ -615,7 +616,9 @@ ScanStart(Pipeline *p, Relation rel, Snapshot snap, int64 r, QueuePosition *shar
 		else
 			lowest = Min(lowest, shards[s].tid);
 	}
-	if (lowest != PG_INT64_MAX)
+	if (lowest == PG_INT64_MAX)
+		ItemPointerSet(start, MaxBlockNumber, MaxOffsetNumber); /* all taken */
+	else
 		PositionTid(lowest, start);
 	return true;
 }
