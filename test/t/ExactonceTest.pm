@@ -187,7 +187,13 @@ sub eo_half_drain
 	eo_resume($node, $db);
 	$node->poll_query_until($db,
 		"SELECT sum(drain_count) > 0 FROM trades.shard")
-	  or die "the workers took nothing";
+	  or die "the workers took nothing:\n" . $node->safe_psql(
+		$db, q{
+SELECT backend_type, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity;
+SELECT * FROM exactonce.pipelines;
+SELECT * FROM trades.progress;
+SELECT * FROM trades.shard;
+SELECT locktype, relation::regclass, mode, granted, pid, virtualtransaction FROM pg_locks WHERE locktype <> 'virtualxid';});
 	eo_pause($node, $db);
 	eo_alter_system($node, 'exactonce.batch_size' => undef);
 	return $node->safe_psql(
