@@ -188,7 +188,7 @@ ReadProgress(void *arg)
 	ProgressShardsRead(p, false, shards);
 	depth = QueueDepth(p, DatumGetInt64(SPI_getbinval(tup, desc, 10, &isnull)),
 					   DatumGetInt64(SPI_getbinval(tup, desc, 11, &isnull)),
-					   shards, NULL, &oldest, 0);
+					   shards, NULL, &oldest, 0, NULL, NULL);
 	PipelineActAsCaller(p);
 
 	pr->values[4] = SPI_getbinval(tup, desc, 1, &isnull);

@@ -105,7 +105,7 @@ Unapplied(Pipeline *p, Snapshot before, int64 *last, bool *paused, int64 limit)
 	ProgressRead(p, &rotation, &drain_rotation, paused);
 	if (*last < 0)
 		*last = rotation;
-	return QueueDepth(p, Min(rotation, *last), drain_rotation, shards, before, &oldest, limit);
+	return QueueDepth(p, Min(rotation, *last), drain_rotation, shards, before, &oldest, limit, NULL, NULL);
 }
 
 /*

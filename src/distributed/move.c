@@ -52,7 +52,9 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -75,15 +77,19 @@
 #include "distributed/coordinator.h"
 #include "distributed/move.h"
 #include "distributed/node.h"
+#include "distributed/park.h"
 #include "engine/drain.h"
 #include "engine/event.h"
 #include "engine/map.h"
 #include "engine/progress.h"
+#include "engine/queue.h"
 #include "engine/reduce.h"
 #include "engine/state.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
 PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
+PG_FUNCTION_INFO_V1(exactonce_move_keys_park);
+PG_FUNCTION_INFO_V1(exactonce_move_keys_unpark);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_out);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_in);
 PG_FUNCTION_INFO_V1(exactonce_move_keys);
@@ -168,7 +174,8 @@ exactonce_key_bucket(PG_FUNCTION_ARGS)
 
 /*
  * exactonce_refuse_moved_key is the trigger on a node's queue that refuses
- * the keys of a range moved away: arguments modulus, remainder, server.
+ * the keys of a range moved away, and parks them while they move (park.c):
+ * arguments modulus, remainder, server.
  */
 Datum
 exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
@@ -198,14 +205,18 @@ exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
 	remainder = pg_strtoint32(trigger->tgargs[1]);
 	CheckRange(modulus, remainder);
 	key = heap_getattr(trigdata->tg_trigtuple, attnum, desc, &isnull);
-	if (!isnull && KeyBucket(key, modulus) == remainder)
-		ereport(ERROR,
-				(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
-				 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), trigger->tgargs[2]),
-				 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
-						   modulus, remainder),
-				 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
-	return PointerGetDatum(trigdata->tg_trigtuple);
+	if (isnull || KeyBucket(key, modulus) != remainder)
+		return PointerGetDatum(trigdata->tg_trigtuple);
+	/* while the keys move, the new node is to apply their events */
+	if (ParkRow(trigdata->tg_relation, trigdata->tg_trigtuple, modulus, remainder))
+		return PointerGetDatum(NULL);
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
+			 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), trigger->tgargs[2]),
+			 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
+					   modulus, remainder),
+			 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
+	pg_unreachable();
 }
 
 /* In accumulate mode, what the keys moved had added to the cells. */
@@ -619,12 +630,168 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs)
 }
 
 /*
+ * CloseQueue adds to a pipeline's queue the trigger of a range of keys that
+ * leaves for server target: it parks their events while a table of the
+ * range is there, and refuses them after (exactonce_refuse_moved_key).
+ */
+static void
+CloseQueue(Pipeline *p, int32 modulus, int32 remainder, const char *target)
+{
+	const char *trigger = psprintf(MOVED_TRIGGER, modulus, remainder);
+
+	if (SPI_execute(psprintf("CREATE TRIGGER %1$s BEFORE INSERT ON %2$s.ingest FOR EACH ROW"
+							 " EXECUTE FUNCTION exactonce.refuse_moved_key('%3$d', '%4$d', %5$s);\n"
+							 "COMMENT ON TRIGGER %1$s ON %2$s.ingest IS %6$s",
+							 quote_identifier(trigger), quote_identifier(p->name), modulus, remainder,
+							 quote_literal_cstr(target),
+							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
+														 modulus, remainder, target))),
+					false, 0) < 0)
+		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
+}
+
+/*
+ * MovedAway tells whether the range's keys have left the pipeline's node:
+ * its queue refuses them, and parks none.
+ */
+static bool
+MovedAway(Pipeline *p, int32 modulus, int32 remainder, bool *closed)
+{
+	*closed = OidIsValid(get_trigger_oid(p->ingest, psprintf(MOVED_TRIGGER, modulus, remainder), true));
+	return *closed && !OidIsValid(ParkTable(p->nspid, modulus, remainder));
+}
+
+/*
+ * exactonce_move_keys_park starts a move of a range of keys away from this
+ * node, for move_keys(): from now on the queue keeps their events aside
+ * (park.c) instead of taking them, for the new node.  Committed on its
+ * own, before the move's transaction, so the queue never waits for the
+ * move.  Calling it again changes nothing.
+ */
+Datum
+exactonce_move_keys_park(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+	Pipeline   *p;
+	int			nestlevel;
+	bool		closed;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = LoadMovable(fcinfo, 4);
+	PipelineActAsOwner(p);
+	if (MovedAway(p, modulus, remainder, &closed))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name)));
+	ParkCreate(p, modulus, remainder);
+	if (!closed)
+		CloseQueue(p, modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	PipelineActAsCaller(p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * exactonce_move_keys_unpark gives up a move of a range of keys away from
+ * this node that has not happened: the queue takes their events again,
+ * those parked first.  Refused while a move of the range is prepared here,
+ * or once it has moved.  Returns how many events were parked.
+ */
+Datum
+exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+	Oid			types[3] = {TEXTOID, INT4OID, INT4OID};
+	Datum		values[3];
+	Pipeline   *p;
+	int			nestlevel;
+	int64		dummy;
+	bool		paused;
+	bool		closed;
+	int64		parked = 0;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	p = LoadMovable(fcinfo, 3);
+	values[0] = CStringGetTextDatum(psprintf("exactonce_move:%s:%d:%d:", p->name, modulus, remainder));
+	if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE pg_catalog.starts_with(gid, $1)"
+							  " AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the prepared transactions");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a move of the keys (%d, %d) of pipeline \"%s\" is prepared on this node",
+						modulus, remainder, p->name),
+				 errhint("Call exactonce.move_keys() at the coordinator again: it finishes or undoes the move.")));
+	PipelineActAsOwner(p);
+	/* a move of the range in progress here takes these locks first */
+	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
+	if (!OidIsValid(ParkTable(p->nspid, modulus, remainder)))
+	{
+		PipelineActAsCaller(p);
+		StatementUnpinSearchPath(nestlevel);
+		SPI_finish();
+		PG_RETURN_INT64(0);
+	}
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = Int32GetDatum(modulus);
+	values[2] = Int32GetDatum(remainder);
+	if (SPI_execute_with_args("SELECT direction FROM exactonce.key_move WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name"
+							  " AND modulus OPERATOR(pg_catalog.=) $2 AND remainder OPERATOR(pg_catalog.=) $3"
+							  " ORDER BY moved_at DESC LIMIT 1",
+							  3, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the moves of pipeline \"%s\"", p->name);
+	if (SPI_processed > 0 &&
+		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "out") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name),
+				 errdetail("Their parked events belong to the node they moved to."),
+				 errhint("Call exactonce.move_keys() at the coordinator again: it sends them there.")));
+	(void) MovedAway(p, modulus, remainder, &closed);
+	if (closed &&
+		SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(psprintf(MOVED_TRIGGER, modulus, remainder)),
+							 quote_identifier(p->name)), false, 0) < 0)
+		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
+	parked = ParkReturn(p, modulus, remainder);
+	PipelineActAsCaller(p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_INT64(parked);
+}
+
+/* A range of keys, for InRange. */
+typedef struct Range
+{
+	int32		modulus;
+	int32		remainder;
+}			Range;
+
+/*
+ * InRange tells whether a key is of the range arg: a QueueKeyFilter.
+ */
+static bool
+InRange(text *key, void *arg)
+{
+	Range	   *range = arg;
+
+	return KeyBucket(PointerGetDatum(key), range->modulus) == range->remainder;
+}
+
+/*
  * exactonce_move_keys_out takes a range of keys out of a node's pipeline,
- * for move_keys(): from now on its queue refuses them, its queued events
- * are applied, and the range's state rows and dead letters are deleted and
+ * for move_keys(): their state rows and dead letters are deleted and
  * returned (and the seen rows, in accumulate mode), the keys taken out of
- * the cells (latest mode).  Returns (state, seen, dead_letters, horizon,
- * keys).
+ * the cells (latest mode).  Their events queued before must be applied
+ * first: a range that move_keys_park() parks must have none left in the
+ * queue (move_keys() waits for them before); otherwise its queue refuses
+ * the keys from now on and what is queued is applied here.  Returns
+ * (state, seen, dead_letters, horizon, keys).
  */
 Datum
 exactonce_move_keys_out(PG_FUNCTION_ARGS)
@@ -644,40 +811,50 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	MovedTotals sums;
 	MovedTotals *moved;
 	const char *target;
-	const char *trigger;
 	TupleDesc	desc;
 	Datum		values[5];
 	bool		nulls[5] = {false, false, false, false, false};
 	Delta	   *deltas = NULL;
 	int			ndeltas = 0;
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
+	int64		rotation,
+				drain_rotation;
+	bool		closed;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = LoadMovable(fcinfo, 5);
 	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	target = text_to_cstring(PG_GETARG_TEXT_PP(3));
-	trigger = psprintf(MOVED_TRIGGER, modulus, remainder);
 	PipelineActAsOwner(p);
 
-	/*
-	 * the workers wait from here to commit, then inserts, when the trigger
-	 * comes
-	 */
-	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
-	if (get_trigger_oid(p->ingest, trigger, true) != InvalidOid)
+	/* the workers wait from here to commit */
+	ProgressLockAll(p, shards, &rotation, &drain_rotation, &paused);
+	if (MovedAway(p, modulus, remainder, &closed))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name)));
-	if (SPI_execute(psprintf("CREATE TRIGGER %1$s BEFORE INSERT ON %2$s.ingest FOR EACH ROW"
-							 " EXECUTE FUNCTION exactonce.refuse_moved_key('%3$d', '%4$d', %5$s);\n"
-							 "COMMENT ON TRIGGER %1$s ON %2$s.ingest IS %6$s",
-							 quote_identifier(trigger), quote_identifier(p->name), modulus, remainder,
-							 quote_literal_cstr(target),
-							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
-														 modulus, remainder, target))),
-					false, 0) < 0)
-		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
-	(void) DrainPipeline(p);
+	if (closed)
+	{
+		Range		range = {modulus, remainder};
+		TimestampTz oldest;
+		int64		left = QueueDepth(p, rotation, drain_rotation, shards, NULL, &oldest, 1,
+									  InRange, &range);
+
+		if (left != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("events of the keys (%d, %d) of pipeline \"%s\" are still queued",
+							modulus, remainder, p->name),
+					 errdetail("The keys move once the events queued before their move started are applied."),
+					 errhint("Call exactonce.flush('%s') first; exactonce.move_keys() does.", p->name)));
+	}
+	else
+	{
+		/* inserts wait from here to commit, then the trigger refuses them */
+		CloseQueue(p, modulus, remainder, target);
+		(void) DrainPipeline(p);
+	}
 	state = TakeRows(p, "state", modulus, remainder, &keys, moved,
 					 p->mode == PIPELINE_LATEST ? KeyColumns(p) : NULL);
 	if (p->mode == PIPELINE_LATEST)
@@ -875,14 +1052,32 @@ FindPartition(Distributed *d, int32 modulus, int32 remainder)
 }
 
 /*
+ * IsNode tells whether server is a node of a distributed pipeline already;
+ * a server that is not must have room to become one.
+ */
+static bool
+IsNode(Distributed *d, const char *server)
+{
+	for (int i = 0; i < d->nnodes; i++)
+		if (strcmp(d->servers[i], server) == 0)
+			return true;
+	if (d->nnodes == DIST_MAX_NODES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a distributed pipeline has at most %d servers", DIST_MAX_NODES)));
+	return false;
+}
+
+/*
  * Repartition points the range's partition of the coordinator's ingest at
  * server: the partition that holds it is replaced by its pieces of the
  * range's modulus, each on the old server but the range's.  A server that
- * is not a node yet becomes one: the views take in its cells and row.
+ * is not a node yet (new_node) becomes one: the views take in its cells
+ * and row.
  */
 static void
 Repartition(Distributed *d, Partition *part, int32 modulus, int32 remainder, const char *server,
-			bool *new_node)
+			bool new_node)
 {
 	StringInfoData sql;
 	const char *s = quote_identifier(d->name);
@@ -892,19 +1087,11 @@ Repartition(Distributed *d, Partition *part, int32 modulus, int32 remainder, con
 					 s, quote_identifier(part->relname));
 	for (int32 r = part->remainder; r < modulus; r += part->modulus)
 		appendStringInfoString(&sql, CoordinatorPartitionDDL(d, modulus, r, r == remainder ? server : part->server));
-	*new_node = true;
-	for (int i = 0; i < d->nnodes; i++)
-		if (strcmp(d->servers[i], server) == 0)
-			*new_node = false;
-	if (*new_node)
+	if (new_node)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
 		Datum		values[2] = {CStringGetTextDatum(d->name), CStringGetTextDatum(server)};
 
-		if (d->nnodes == DIST_MAX_NODES)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("a distributed pipeline has at most %d servers", DIST_MAX_NODES)));
 		d->servers[d->nnodes++] = pstrdup(server);
 		appendStringInfoString(&sql, CoordinatorNodeDDL(d, d->nnodes - 1));
 		appendStringInfoString(&sql, CoordinatorViewsDDL(d));
@@ -928,6 +1115,7 @@ typedef struct Move
 	const char *servers[2];		/* from, to */
 	PGconn	   *conns[2];
 	bool		prepared[2];
+	bool		stands;			/* committed on a node: finish, never undo */
 } Move;
 
 /*
@@ -959,7 +1147,7 @@ MovesOf(Move *mv, int node)
 /*
  * MoveResolve finishes, or undoes, an earlier move of the range cut off
  * after a node had prepared it, and tells whether the range has moved from
- * the first node to the second already (the coordinator's part then is
+ * the first node to the second already (the coordinator's switch then is
  * all that is left).
  */
 static bool
@@ -1015,11 +1203,61 @@ MoveResolve(Move *mv)
 }
 
 /*
- * MoveNodes moves the range's keys between the nodes with two-phase commit
- * and returns how many keys moved.
+ * MoveParked sends the events the first node parked while the keys moved
+ * (park.c) to the second node's queue, and drops their table there, once
+ * the move stands on both nodes.  The first node's direct producers wait
+ * for that (the coordinator's wait for the switch); a resend of parked
+ * events, should this be cut off, is a duplicate on the second node.
+ */
+static void
+MoveParked(Move *mv, Distributed *d)
+{
+	Oid			ingest = get_relname_relid("ingest", get_namespace_oid(d->name, false));
+	Relation	rel = table_open(ingest, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	const char *s = quote_identifier(mv->name);
+	const char *park = quote_identifier(ParkName(mv->modulus, mv->remainder));
+	const char *params[1];
+	StringInfoData cols;
+	char	   *exists;
+
+	params[0] = psprintf("%s.%s", s, park);
+	exists = MoveRun(mv, 0, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, params);
+	if (exists == NULL || strcmp(exists, "t") != 0)
+	{
+		table_close(rel, AccessShareLock);
+		return;
+	}
+
+	/* the columns of the coordinator's ingest: the nodes' queues' */
+	initStringInfo(&cols);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && !att->attgenerated)
+			appendStringInfo(&cols, "%s%s", cols.len > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
+	}
+	table_close(rel, AccessShareLock);
+
+	MoveRun(mv, 0, "BEGIN", 0, NULL);
+	MoveRun(mv, 0, psprintf("LOCK TABLE %s.%s IN EXCLUSIVE MODE", s, park), 0, NULL);
+	(void) NodeCopy(mv->conns[0], mv->servers[0], psprintf("COPY (SELECT %s FROM %s.%s) TO STDOUT", cols.data, s, park),
+					mv->conns[1], mv->servers[1], psprintf("COPY %s.ingest (%s) FROM STDIN", s, cols.data));
+	MoveRun(mv, 0, psprintf("DROP TABLE %s.%s", s, park), 0, NULL);
+	MoveRun(mv, 0, "COMMIT", 0, NULL);
+}
+
+/*
+ * MoveNodes readies the range's keys to move between the nodes and returns
+ * how many: the first node parks their events from now on (park.c), what
+ * it queued before is applied, and both nodes prepare their halves.
+ * Nothing here waits on the coordinator's producers or readers, nor they
+ * on it.  A move cut off earlier is resolved first; if it stands already,
+ * mv->stands is set and nothing is prepared.
  */
 static int64
-MoveNodes(Move *mv, Distributed *d, bool new_node)
+MoveNodes(Move *mv, bool new_node)
 {
 	const char *params[9];
 	PGresult   *res;
@@ -1039,12 +1277,41 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 				" pg_catalog.set_config('intervalstyle', 'postgres', false),"
 				" pg_catalog.set_config('extra_float_digits', '3', false)", 0, NULL);
 	}
+	if (MoveRun(mv, 0, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_park(text, integer, integer, text)') IS NULL",
+				0, NULL)[0] == 't')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("server \"%s\" has a version of exactonce before 1.13, which moves keys only while the coordinator's producers wait",
+						mv->servers[0]),
+				 errhint("Update the extension there: ALTER EXTENSION exactonce UPDATE.")));
 	if (MoveResolve(mv))
+	{
+		mv->stands = true;
 		return 0;
+	}
+
+	/* from here, the first node parks the range's events */
+	params[0] = mv->name;
+	params[1] = psprintf("%d", mv->modulus);
+	params[2] = psprintf("%d", mv->remainder);
+	params[3] = mv->servers[1];
+	MoveRun(mv, 0, "SELECT exactonce.move_keys_park($1, $2::integer, $3::integer, $4)", 4, params);
+
+	/*
+	 * Those queued before are applied: by the node's workers, without holding
+	 * its queue, where they run; what is left, by a flush.
+	 */
+	if (strcmp(MoveRun(mv, 0, "SELECT pg_catalog.current_setting('shared_preload_libraries')"
+					   " OPERATOR(pg_catalog.~) '(^|[ ,])exactonce($|[ ,])'", 0, NULL), "t") == 0)
+		MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%s, '%d ms');"
+								" EXCEPTION WHEN SQLSTATE 'EO003' THEN NULL; END $move$",
+								quote_literal_cstr(mv->name),
+								exactonce_move_lock_timeout > 0 ? Min(exactonce_move_lock_timeout, 2000) : 2000),
+				0, NULL);
+	MoveRun(mv, 0, "SELECT exactonce.flush($1)", 1, params);
 
 	for (int i = 0; i < 2; i++)
 		MoveRun(mv, i, "BEGIN", 0, NULL);
-	params[0] = mv->name;
 	if (new_node)
 	{
 		res = NodeRun(mv->conns[0], mv->servers[0],
@@ -1083,12 +1350,72 @@ MoveNodes(Move *mv, Distributed *d, bool new_node)
 		MoveRun(mv, i, psprintf("PREPARE TRANSACTION %s", quote_literal_cstr(mv->gid)), 0, NULL);
 		mv->prepared[i] = true;
 	}
+	return pg_strtoint64(keys);
+}
+
+/*
+ * MoveSwitch is a move's last step, the only one that holds the
+ * coordinator's producers and readers: the range's partition of ingest
+ * points at the new node, both nodes commit (the new one first), and the
+ * events parked meanwhile go on to the new node.  The wait for the lock is
+ * exactonce.move_lock_timeout at most.
+ */
+static void
+MoveSwitch(Move *mv, Distributed *d, Partition *part, bool new_node)
+{
+	int			gucs = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", psprintf("%d", exactonce_move_lock_timeout),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_execute(psprintf("LOCK TABLE %1$s.ingest, %1$s.aggregates, %1$s.nodes IN ACCESS EXCLUSIVE MODE",
+							 quote_identifier(mv->name)), false, 0) < 0)
+		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv->name);
+	AtEOXact_GUC(true, gucs);
+	Repartition(d, part, mv->modulus, mv->remainder, mv->servers[1], new_node);
 	for (int i = 1; i >= 0; i--)
 	{
+		if (!mv->prepared[i])
+			continue;
 		MoveRun(mv, i, psprintf("COMMIT PREPARED %s", quote_literal_cstr(mv->gid)), 0, NULL);
 		mv->prepared[i] = false;
+		mv->stands = true;
 	}
-	return pg_strtoint64(keys);
+	MoveParked(mv, d);
+}
+
+/*
+ * MoveUndo gives up a move that stands on neither node: each node's
+ * prepared half is rolled back, and the first node's queue takes the
+ * range's events again, the parked ones first.  False if a node could not
+ * be reached.
+ */
+static bool
+MoveUndo(Move *mv)
+{
+	const char *params[3] = {mv->name, psprintf("%d", mv->modulus), psprintf("%d", mv->remainder)};
+	bool		ok = true;
+
+	for (int i = 1; i >= 0; i--)
+	{
+		PGresult   *res = PQexec(mv->conns[i], mv->prepared[i] ?
+								 psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(mv->gid)) : "ROLLBACK");
+
+		if (PQresultStatus(res) == PGRES_COMMAND_OK)
+			mv->prepared[i] = false;
+		else
+			ok = false;
+		PQclear(res);
+	}
+	if (ok)
+	{
+		PGresult   *res = PQexecParams(mv->conns[0],
+									   "SELECT exactonce.move_keys_unpark($1, $2::integer, $3::integer)",
+									   3, NULL, params, NULL, NULL, 0);
+
+		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+		PQclear(res);
+	}
+	return ok;
 }
 
 /*
@@ -1139,8 +1466,8 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	SetUserIdAndSecContext(d.owner, caller_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 
-	/* producers and readers at the coordinator wait from here to commit */
-	if (SPI_execute(psprintf("LOCK TABLE %1$s.ingest, %1$s.aggregates, %1$s.nodes IN ACCESS EXCLUSIVE MODE",
+	/* one move of the pipeline at a time; producers and readers go on */
+	if (SPI_execute(psprintf("LOCK TABLE %s.ingest IN SHARE UPDATE EXCLUSIVE MODE",
 							 quote_identifier(mv.name)), false, 0) < 0)
 		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv.name);
 	part = FindPartition(&d, modulus, remainder);
@@ -1150,7 +1477,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" are on server \"%s\" already",
 						modulus, remainder, mv.name, part.server)));
-	Repartition(&d, &part, modulus, remainder, mv.servers[1], &new_node);
+	new_node = !IsNode(&d, mv.servers[1]);
 
 	mv.gid = psprintf("exactonce_move:%s:%d:%d:" INT64_FORMAT, mv.name, modulus, remainder,
 					  (int64) GetCurrentTimestamp());
@@ -1160,37 +1487,42 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 		for (int i = 0; i < 2; i++)
 		{
 			mv.conns[i] = NodeConnect(d.owner, mv.servers[i]);
-			/* the coordinator's producers wait as long as the move */
+
+			/*
+			 * a node's producers and workers wait at most this long for the
+			 * move
+			 */
 			MoveRun(&mv, i, psprintf("SET lock_timeout = %d", exactonce_move_lock_timeout), 0, NULL);
 		}
-		keys = MoveNodes(&mv, &d, new_node);
+		keys = MoveNodes(&mv, new_node);
+		MoveSwitch(&mv, &d, &part, new_node);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *err;
+		bool		undone;
 
 		MemoryContextSwitchTo(cxt);
 		err = CopyErrorData();
 		FlushErrorState();
 
-		/* prepared on the first node only: undone; on both: move_keys() again */
-		if (mv.prepared[0] && !mv.prepared[1])
-		{
-			PGresult   *res = PQexec(mv.conns[0], psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(mv.gid)));
-
-			if (PQresultStatus(res) == PGRES_COMMAND_OK)
-				mv.prepared[0] = false;
-			PQclear(res);
-		}
+		/*
+		 * standing on neither node: undone; else move_keys() again finishes
+		 * it
+		 */
+		undone = !mv.stands && mv.conns[0] != NULL && mv.conns[1] != NULL && MoveUndo(&mv);
 		for (int i = 0; i < 2; i++)
 			PQfinish(mv.conns[i]);
-		if (mv.prepared[0] || mv.prepared[1])
+		if (!undone)
 			ereport(ERROR,
 					(errcode(err->sqlerrcode),
 					 errmsg("the move of keys (%d, %d) of distributed pipeline \"%s\" is cut off half way: %s",
 							modulus, remainder, mv.name, err->message),
-					 errdetail("It is prepared on server \"%s\" (transaction %s).",
-							   mv.prepared[1] ? mv.servers[1] : mv.servers[0], mv.gid),
+					 mv.stands ?
+					 errdetail("It stands on server \"%s\"; the coordinator still sends the keys to server \"%s\", which keeps their events for it.",
+							   mv.servers[1], mv.servers[0]) :
+					 errdetail("Server \"%s\" keeps the keys' events aside until the move is finished or undone.",
+							   mv.servers[0]),
 					 errhint("Call exactonce.move_keys() again, with the same arguments, to finish or undo it.")));
 		ReThrowError(err);
 	}

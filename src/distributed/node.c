@@ -301,3 +301,52 @@ NodeExec(Oid owner, const char *servername, const char *sql, int nparams, const 
 	PG_END_TRY();
 	return result;
 }
+
+/*
+ * NodeCopy copies rows from one node to another: what out_sql (a COPY ...
+ * TO STDOUT) sends on from is fed to in_sql (a COPY ... FROM STDIN) on to,
+ * as it comes.  Returns how many rows the second node took.  The waits are
+ * on the latch, as NodeWait's; an error on either node is raised naming it.
+ */
+int64
+NodeCopy(PGconn *from, const char *fromserver, const char *out_sql,
+		 PGconn *to, const char *toserver, const char *in_sql)
+{
+	PGresult   *res;
+	int64		rows;
+
+	PQclear(NodeRun(to, toserver, in_sql, 0, NULL));
+	PQclear(NodeRun(from, fromserver, out_sql, 0, NULL));
+	for (;;)
+	{
+		char	   *buf;
+		int			len = PQgetCopyData(from, &buf, 1);
+
+		if (len > 0)
+		{
+			if (PQputCopyData(to, buf, len) != 1)
+			{
+				PQfreemem(buf);
+				NodeRaise(to, toserver, NULL);
+			}
+			PQfreemem(buf);
+			continue;
+		}
+		if (len < 0)
+			break;
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
+								 PQsocket(from), -1L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (!PQconsumeInput(from))
+			NodeRaise(from, fromserver, NULL);
+	}
+	/* the end of the COPY out, or its error */
+	PQclear(NodeWait(from, fromserver));
+	if (PQputCopyEnd(to, NULL) != 1)
+		NodeRaise(to, toserver, NULL);
+	res = NodeWait(to, toserver);
+	rows = pg_strtoint64(PQcmdTuples(res)[0] ? PQcmdTuples(res) : "0");
+	PQclear(res);
+	return rows;
+}

@@ -628,13 +628,15 @@ ScanStart(Pipeline *p, Relation rel, Snapshot snap, int64 r, QueuePosition *shar
  * not truncated yet that a shard has still to take), only those visible to
  * snapshot before if it is not NULL, and finds the oldest waiting
  * event_time; with limit > 0 it stops counting there (and *oldest is then
- * of the rows counted).  It never waits for a lock: while a partition is
+ * of the rows counted), and with a filter it counts only the rows of the
+ * keys the filter keeps.  It never waits for a lock: while a partition is
  * locked exclusively (a drain truncating it, until that commits or rolls
  * back) the depth is unknown and it returns -1.
  */
 int64
 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
-		   QueuePosition *shards, Snapshot before, TimestampTz *oldest, int64 limit)
+		   QueuePosition *shards, Snapshot before, TimestampTz *oldest, int64 limit,
+		   QueueKeyFilter filter, void *filter_arg)
 {
 	int64		depth = 0;
 	int64		seen[EXACTONCE_MAX_SHARDS] = {0};
@@ -669,7 +671,8 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 		{
 			bool		isnull;
 			Datum		t;
-			int			shard = QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull)));
+			text	   *key = DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull));
+			int			shard = QueueKeyShard(p, key);
 
 			/* taken by its shard already: up to its TID, or its first rows */
 			CHECK_FOR_INTERRUPTS();
@@ -679,6 +682,8 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 				  ++seen[shard] <= shards[shard].count)))
 				continue;
 			if (before != NULL && !table_tuple_satisfies_snapshot(rel, slot, before))
+				continue;
+			if (filter != NULL && !filter(key, filter_arg))
 				continue;
 			t = slot_getattr(slot, time_attnum, &isnull);
 			depth++;

@@ -51,8 +51,12 @@ extern void QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_befor
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
 extern bool QueueHasRows(Pipeline *p, int slotno);
+
+/* Tells whether QueueDepth counts the row of a key. */
+typedef bool (*QueueKeyFilter) (text *key, void *arg);
+
 extern int64 QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 						QueuePosition *shards, Snapshot before, TimestampTz *oldest,
-						int64 limit);
+						int64 limit, QueueKeyFilter filter, void *filter_arg);
 
 #endif							/* EXACTONCE_QUEUE_H */

@@ -1,0 +1,195 @@
+/*-------------------------------------------------------------------------
+ *
+ * park.c
+ *		Where a node keeps the events of a range of keys while it moves away.
+ *
+ * While move_keys() copies a range's state from the node it leaves to the
+ * node it reaches, the coordinator's producers go on sending the range's
+ * events to the old node.  They must not be applied there (their keys'
+ * state is on its way out) nor refused (the producers would stall or
+ * fail): the old node parks them.  Table moving_<modulus>_<remainder> of
+ * the pipeline's schema holds them, with the queue's columns but its own
+ * two (ingest_slot, ingest_id), and the queue's trigger of the range
+ * (exactonce.refuse_moved_key()) puts each event of the range there while
+ * the table exists, and refuses it once the table is gone.  At the move's
+ * switch the coordinator copies the parked events into the new node's
+ * queue and drops the table; a move given up returns them to the old
+ * node's queue (ParkReturn).  A resend of a parked event is a duplicate
+ * like any other, so neither needs the other node's commit.
+ *
+ * So the old node's queue takes events throughout the move: the table and
+ * the trigger come in one short transaction at its start, and the switch
+ * takes no lock on the queue.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#include "distributed/park.h"
+#include "engine/event.h"
+
+/*
+ * ParkName names the table of a range's parked events, in its pipeline's
+ * schema.
+ */
+char *
+ParkName(int32 modulus, int32 remainder)
+{
+	return psprintf("moving_%d_%d", modulus, remainder);
+}
+
+/*
+ * ParkTable returns the table of the range's parked events, or InvalidOid
+ * when its keys are not being moved away.
+ */
+Oid
+ParkTable(Oid nspid, int32 modulus, int32 remainder)
+{
+	return get_relname_relid(ParkName(modulus, remainder), nspid);
+}
+
+/*
+ * ParkCreate makes the table of the range's parked events, unless it
+ * exists: the queue's columns and their NOT NULLs, so that a row the queue
+ * would refuse is refused here too, not when it is sent on.  The caller
+ * acts as the pipeline's owner; SPI is connected.
+ */
+void
+ParkCreate(Pipeline *p, int32 modulus, int32 remainder)
+{
+	const char *s = quote_identifier(p->name);
+	const char *t = quote_identifier(ParkName(modulus, remainder));
+
+	if (OidIsValid(ParkTable(p->nspid, modulus, remainder)))
+		return;
+	if (SPI_execute(psprintf("CREATE TABLE %1$s.%2$s (LIKE %1$s.ingest);\n"
+							 "ALTER TABLE %1$s.%2$s DROP COLUMN ingest_slot, DROP COLUMN ingest_id;\n"
+							 "COMMENT ON TABLE %1$s.%2$s IS %3$s",
+							 s, t,
+							 quote_literal_cstr(psprintf("exactonce: events of the keys whose key_bucket(key, %d) is %d, kept while exactonce.move_keys() moves them to another node",
+														 modulus, remainder))),
+					false, 0) < 0)
+		elog(ERROR, "could not make the table of the moving keys of pipeline \"%s\"", p->name);
+}
+
+/*
+ * ParkRow keeps row, just inserted into queue (a partition of a node's
+ * ingest), in the table of the range's parked events and returns true, or
+ * returns false if the range is not being moved.  The row is inserted as
+ * the owner of the queue, who must own the table too: a producer's row
+ * goes where the owner put it, nowhere else.
+ */
+bool
+ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder)
+{
+	Oid			relid = ParkTable(RelationGetNamespace(queue), modulus, remainder);
+	Relation	park;
+	TupleDesc	from = RelationGetDescr(queue);
+	TupleDesc	to;
+	StringInfoData sql;
+	Oid		   *types;
+	Datum	   *values;
+	char	   *nulls;
+	int			n = 0;
+	Oid			caller;
+	int			caller_sec;
+
+	if (!OidIsValid(relid))
+		return false;
+
+	/* the switch drops the table: then the row is refused */
+	LockRelationOid(relid, RowExclusiveLock);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+	{
+		UnlockRelationOid(relid, RowExclusiveLock);
+		return false;
+	}
+	park = table_open(relid, NoLock);
+	if (park->rd_rel->relowner != queue->rd_rel->relowner)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("table \"%s\" is not the owner's of queue \"%s\"",
+						RelationGetRelationName(park), RelationGetRelationName(queue)),
+				 errdetail("The events of keys that move are kept in a table of the queue's owner.")));
+	to = RelationGetDescr(park);
+	types = palloc(sizeof(Oid) * to->natts);
+	values = palloc(sizeof(Datum) * to->natts);
+	nulls = palloc(sizeof(char) * to->natts);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.%s (",
+					 quote_identifier(get_namespace_name(RelationGetNamespace(park))),
+					 quote_identifier(RelationGetRelationName(park)));
+	for (int i = 0; i < to->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(to, i);
+		int			a = SPI_fnumber(from, NameStr(att->attname));
+		bool		isnull;
+
+		if (att->attisdropped)
+			continue;
+		if (a <= 0 || TupleDescAttr(from, a - 1)->atttypid != att->atttypid)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("queue \"%s\" has no column \"%s\" of type %s to keep in table \"%s\"",
+							RelationGetRelationName(queue), NameStr(att->attname),
+							format_type_be(att->atttypid), RelationGetRelationName(park)),
+					 errhint("The tables of a pipeline must keep the columns exactonce made.")));
+		types[n] = att->atttypid;
+		values[n] = heap_getattr(row, a, from, &isnull);
+		nulls[n] = isnull ? 'n' : ' ';
+		appendStringInfo(&sql, "%s%s", n > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
+		n++;
+	}
+	appendStringInfoString(&sql, ") VALUES (");
+	for (int i = 0; i < n; i++)
+		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+	appendStringInfoChar(&sql, ')');
+	table_close(park, NoLock);
+
+	GetUserIdAndSecContext(&caller, &caller_sec);
+	SetUserIdAndSecContext(queue->rd_rel->relowner,
+						   caller_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	SPI_connect();
+	if (SPI_execute_with_args(sql.data, n, types, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not keep an event of the moving keys in \"%s\"", RelationGetRelationName(queue));
+	SPI_finish();
+	SetUserIdAndSecContext(caller, caller_sec);
+	return true;
+}
+
+/*
+ * ParkReturn puts the range's parked events back into the pipeline's queue
+ * and drops their table, for a move given up; the caller has dropped the
+ * queue's trigger of the range (else they would be parked again) and acts
+ * as the owner; SPI is connected.  Returns how many.
+ */
+int64
+ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
+{
+	const char *s = quote_identifier(p->name);
+	const char *t = quote_identifier(ParkName(modulus, remainder));
+	StringInfoData cols;
+
+	if (!OidIsValid(ParkTable(p->nspid, modulus, remainder)))
+		return 0;
+	initStringInfo(&cols);
+	EventAppendColumns(&cols, p);
+	if (SPI_execute(psprintf("WITH parked AS (DELETE FROM %1$s.%2$s RETURNING %3$s)"
+							 " INSERT INTO %1$s.ingest (%3$s) SELECT * FROM parked",
+							 s, t, cols.data), false, 0) != SPI_OK_INSERT ||
+		SPI_execute(psprintf("DROP TABLE %s.%s", s, t), false, 0) < 0)
+		elog(ERROR, "could not return the events of the moving keys of pipeline \"%s\" to its queue", p->name);
+	return (int64) SPI_processed;
+}
