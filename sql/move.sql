@@ -184,10 +184,49 @@ DROP SERVER mv_node;
 DROP ROLE mv_fdw;
 DROP EXTENSION postgres_fdw;
 
+-- parking: while keys (2, 0) of pk move away, the queue keeps their
+-- events in table moving_2_0 and takes the others; move_keys_out() refuses
+-- while events of the range queued before are not applied; unpark puts
+-- the parked events back into the queue, and the cells equal the events'
+SELECT exactonce.create_pipeline('pk', ARRAY['desk']);
+CREATE TABLE pk_sent AS SELECT key, version, value, desk, deleted FROM truth WHERE version <= 300;
+INSERT INTO pk.ingest (key, version, value, desk, deleted) SELECT * FROM pk_sent;
+SELECT exactonce.move_keys_park('pk', 2, 0, 'node2');
+SELECT exactonce.move_keys_park('pk', 2, 0, 'node2');	-- again: nothing changes
+INSERT INTO pk_sent SELECT key, version + 1000, value + 1, desk, false FROM pk_sent WHERE version <= 300;
+INSERT INTO pk.ingest (key, version, value, desk, deleted) SELECT * FROM pk_sent WHERE version > 1000;
+SELECT (SELECT count(*) FROM pk.moving_2_0) AS parked,
+	(SELECT count(*) FROM pk_sent WHERE version > 1000 AND exactonce.key_bucket(key, 2) = 0) AS of_the_range,
+	(SELECT count(*) FROM pk.ingest WHERE version > 1000 AND exactonce.key_bucket(key, 2) = 0) AS queued_of_the_range;
+SELECT pg_temp.err($$SELECT keys FROM exactonce.move_keys_out('pk', 2, 0, 'node2', 'pk-1')$$);
+SELECT exactonce.move_keys_unpark('pk', 2, 0) AS returned;
+SELECT to_regclass('pk.moving_2_0') IS NULL AS parking_gone,
+	(SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pk.ingest'::regclass AND tgname LIKE 'exactonce_moved%') AS triggers;
+SELECT exactonce.flush('pk') > 0 AS flushed;
+WITH latest AS (SELECT DISTINCT ON (key) * FROM pk_sent ORDER BY key, version DESC),
+oracle AS (SELECT desk, 2 - (GROUPING(desk) + 1) AS level, sum(value) AS total, count(*) AS keys
+		   FROM latest WHERE NOT deleted GROUP BY ROLLUP (desk))
+SELECT (SELECT count(*) FROM (SELECT desk, level, total, keys FROM pk.aggregates EXCEPT ALL SELECT * FROM oracle) a)
+	 + (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT desk, level, total, keys FROM pk.aggregates) o)
+	AS mismatches;
+-- parked, then applied before: the keys go out; once out, their parked
+-- events are the new node's and unpark refuses
+SELECT exactonce.move_keys_park('pk', 2, 0, 'node2');
+INSERT INTO pk.ingest (key, version, value, desk) SELECT key, version + 2000, 1, desk FROM pk_sent WHERE version <= 10;
+BEGIN;
+SELECT keys > 0 AS out FROM exactonce.move_keys_out('pk', 2, 0, 'node2', 'pk-2');
+SELECT pg_temp.err($$SELECT exactonce.move_keys_unpark('pk', 2, 0)$$);
+ROLLBACK;
+SELECT exactonce.flush('pk') > 0 AS flushed;
+SELECT exactonce.drop_pipeline('pk');
+DROP TABLE pk_sent;
+
 -- a role that does not own the pipeline cannot take its keys
 CREATE ROLE mv_stranger;
 SET ROLE mv_stranger;
 SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 2, 0, 'node2', 'g')$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_park('mv', 2, 0, 'node2')$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_unpark('mv', 2, 0)$$);
 RESET ROLE;
 DROP ROLE mv_stranger;
 SELECT exactonce.drop_pipeline('mv');

@@ -145,6 +145,9 @@ ALTER TABLE dc.distincts RESET (fillfactor);
 ALTER EXTENSION exactonce UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'exactonce';
 SELECT reloptions FROM pg_class WHERE oid = 'dc.distincts'::regclass;
+-- 1.13: a move parks the range's events on the old node
+SELECT 'exactonce.move_keys_park(text,integer,integer,text)'::regprocedure,
+	'exactonce.move_keys_unpark(text,integer,integer)'::regprocedure;
 SELECT exactonce.drop_pipeline('dc');
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid

@@ -423,6 +423,17 @@ PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 Pipeline *
 PipelineLoad(const char *name, bool for_owner)
 {
+	return PipelineLoadTables(name, for_owner, SHAPE_ALL);
+}
+
+/*
+ * PipelineLoadTables is PipelineLoad locking and checking only the tables
+ * that tables names (ShapeCheck): for work that must not wait on the
+ * others.
+ */
+Pipeline *
+PipelineLoadTables(const char *name, bool for_owner, uint32 tables)
+{
 	static const Oid types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
 	SPIPlanPtr	plan;
@@ -433,7 +444,7 @@ PipelineLoad(const char *name, bool for_owner)
 								 1, types);
 	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
-	p = SPI_processed == 0 ? NULL : PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, SHAPE_ALL);
+	p = SPI_processed == 0 ? NULL : PipelineFill(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, tables);
 	if (p == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

@@ -14,6 +14,7 @@
 #include "exactonce.h"
 
 extern Pipeline *PipelineLoad(const char *name, bool for_owner);
+extern Pipeline *PipelineLoadTables(const char *name, bool for_owner, uint32 tables);
 extern Pipeline *PipelineLoadById(int32 id, uint32 tables);
 extern Pipeline *PipelineLoadDefinition(const char *name);
 extern void PipelineActAsOwner(Pipeline *p);

@@ -73,6 +73,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog/pipeline.h"
+#include "catalog/shape.h"
 #include "catalog/statement.h"
 #include "distributed/coordinator.h"
 #include "distributed/move.h"
@@ -605,11 +606,11 @@ MoveCells(Pipeline *p, Delta *deltas, int n)
 }
 
 /*
- * LoadMovable loads a pipeline whose keys may move: the caller's, latest
- * mode.
+ * LoadMovable loads a pipeline whose keys may move: the caller's, without
+ * windows; only tables (ShapeCheck) are locked and checked.
  */
 static Pipeline *
-LoadMovable(FunctionCallInfo fcinfo, int nargs)
+LoadMovable(FunctionCallInfo fcinfo, int nargs, uint32 tables)
 {
 	Pipeline   *p;
 
@@ -620,7 +621,7 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs)
 					 errmsg("the arguments of a move of keys must not be NULL")));
 	CheckRange(PG_GETARG_INT32(1), PG_GETARG_INT32(2));
 	PipelineRequireReadCommitted("a move of keys");
-	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
+	p = PipelineLoadTables(text_to_cstring(PG_GETARG_TEXT_PP(0)), true, tables);
 	if (p->windowed)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -679,7 +680,7 @@ exactonce_move_keys_park(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	p = LoadMovable(fcinfo, 4);
+	p = LoadMovable(fcinfo, 4, SHAPE_INGEST);
 	PipelineActAsOwner(p);
 	if (MovedAway(p, modulus, remainder, &closed))
 		ereport(ERROR,
@@ -716,7 +717,7 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	p = LoadMovable(fcinfo, 3);
+	p = LoadMovable(fcinfo, 3, SHAPE_INGEST | SHAPE_PROGRESS | SHAPE_SHARD);
 	values[0] = CStringGetTextDatum(psprintf("exactonce_move:%s:%d:%d:", p->name, modulus, remainder));
 	if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE pg_catalog.starts_with(gid, $1)"
 							  " AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
@@ -741,11 +742,12 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(modulus);
 	values[2] = Int32GetDatum(remainder);
-	if (SPI_execute_with_args("SELECT direction FROM exactonce.key_move WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name"
-							  " AND modulus OPERATOR(pg_catalog.=) $2 AND remainder OPERATOR(pg_catalog.=) $3"
-							  " ORDER BY moved_at DESC LIMIT 1",
-							  3, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the moves of pipeline \"%s\"", p->name);
+	StatementExecAs(StatementTableOwner("key_move"),
+					StatementPrepareFixed("SELECT direction FROM exactonce.key_move"
+										  " WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name"
+										  " AND modulus OPERATOR(pg_catalog.=) $2 AND remainder OPERATOR(pg_catalog.=) $3"
+										  " ORDER BY moved_at DESC LIMIT 1", 3, types),
+					values, NULL, true, -1);
 	if (SPI_processed > 0 &&
 		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "out") == 0)
 		ereport(ERROR,
@@ -823,7 +825,7 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	p = LoadMovable(fcinfo, 5);
+	p = LoadMovable(fcinfo, 5, SHAPE_ALL);
 	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	target = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	PipelineActAsOwner(p);
@@ -952,7 +954,7 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	p = LoadMovable(fcinfo, 5);
+	p = LoadMovable(fcinfo, 5, SHAPE_ALL);
 	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
@@ -1115,6 +1117,7 @@ typedef struct Move
 	const char *servers[2];		/* from, to */
 	PGconn	   *conns[2];
 	bool		prepared[2];
+	bool		parked;			/* the first node parks the range's events */
 	bool		stands;			/* committed on a node: finish, never undo */
 } Move;
 
@@ -1296,18 +1299,18 @@ MoveNodes(Move *mv, bool new_node)
 	params[2] = psprintf("%d", mv->remainder);
 	params[3] = mv->servers[1];
 	MoveRun(mv, 0, "SELECT exactonce.move_keys_park($1, $2::integer, $3::integer, $4)", 4, params);
+	mv->parked = true;
 
 	/*
 	 * Those queued before are applied: by the node's workers, without holding
 	 * its queue, where they run; what is left, by a flush.
 	 */
-	if (strcmp(MoveRun(mv, 0, "SELECT pg_catalog.current_setting('shared_preload_libraries')"
-					   " OPERATOR(pg_catalog.~) '(^|[ ,])exactonce($|[ ,])'", 0, NULL), "t") == 0)
-		MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%s, '%d ms');"
-								" EXCEPTION WHEN SQLSTATE 'EO003' THEN NULL; END $move$",
-								quote_literal_cstr(mv->name),
-								exactonce_move_lock_timeout > 0 ? Min(exactonce_move_lock_timeout, 2000) : 2000),
-				0, NULL);
+	MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%s, '%d ms');"
+							" EXCEPTION WHEN SQLSTATE 'EO003' OR object_not_in_prerequisite_state THEN NULL;"
+							" END $move$",
+							quote_literal_cstr(mv->name),
+							exactonce_move_lock_timeout > 0 ? Min(exactonce_move_lock_timeout, 2000) : 2000),
+			0, NULL);
 	MoveRun(mv, 0, "SELECT exactonce.flush($1)", 1, params);
 
 	for (int i = 0; i < 2; i++)
@@ -1428,7 +1431,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 {
 	Distributed d;
 	Partition	part;
-	Move		mv = {0};
+	Move	   *mv = palloc0(sizeof(Move)); /* not a local: the catch reads it */
 	int32		modulus,
 				remainder;
 	int			nestlevel;
@@ -1448,15 +1451,15 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				 errmsg("exactonce.move_keys() cannot run inside a transaction block"),
 				 errdetail("It commits the move on both nodes, with two-phase commit, before its own transaction ends.")));
-	mv.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	mv.modulus = modulus = PG_GETARG_INT32(1);
-	mv.remainder = remainder = PG_GETARG_INT32(2);
-	mv.servers[1] = pstrdup(NameStr(*PG_GETARG_NAME(3)));
+	mv->name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	mv->modulus = modulus = PG_GETARG_INT32(1);
+	mv->remainder = remainder = PG_GETARG_INT32(2);
+	mv->servers[1] = pstrdup(NameStr(*PG_GETARG_NAME(3)));
 	CheckRange(modulus, remainder);
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	CoordinatorOpen(mv.name, &d);
+	CoordinatorOpen(mv->name, &d);
 
 	/*
 	 * The coordinator's part is the owner's, whoever calls: the partitions
@@ -1468,34 +1471,34 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 
 	/* one move of the pipeline at a time; producers and readers go on */
 	if (SPI_execute(psprintf("LOCK TABLE %s.ingest IN SHARE UPDATE EXCLUSIVE MODE",
-							 quote_identifier(mv.name)), false, 0) < 0)
-		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv.name);
+							 quote_identifier(mv->name)), false, 0) < 0)
+		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv->name);
 	part = FindPartition(&d, modulus, remainder);
-	mv.servers[0] = part.server;
-	if (strcmp(part.server, mv.servers[1]) == 0)
+	mv->servers[0] = part.server;
+	if (strcmp(part.server, mv->servers[1]) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" are on server \"%s\" already",
-						modulus, remainder, mv.name, part.server)));
-	new_node = !IsNode(&d, mv.servers[1]);
+						modulus, remainder, mv->name, part.server)));
+	new_node = !IsNode(&d, mv->servers[1]);
 
-	mv.gid = psprintf("exactonce_move:%s:%d:%d:" INT64_FORMAT, mv.name, modulus, remainder,
-					  (int64) GetCurrentTimestamp());
+	mv->gid = psprintf("exactonce_move:%s:%d:%d:" INT64_FORMAT, mv->name, modulus, remainder,
+					   (int64) GetCurrentTimestamp());
 	cxt = CurrentMemoryContext;
 	PG_TRY();
 	{
 		for (int i = 0; i < 2; i++)
 		{
-			mv.conns[i] = NodeConnect(d.owner, mv.servers[i]);
+			mv->conns[i] = NodeConnect(d.owner, mv->servers[i]);
 
 			/*
 			 * a node's producers and workers wait at most this long for the
 			 * move
 			 */
-			MoveRun(&mv, i, psprintf("SET lock_timeout = %d", exactonce_move_lock_timeout), 0, NULL);
+			MoveRun(mv, i, psprintf("SET lock_timeout = %d", exactonce_move_lock_timeout), 0, NULL);
 		}
-		keys = MoveNodes(&mv, new_node);
-		MoveSwitch(&mv, &d, &part, new_node);
+		keys = MoveNodes(mv, new_node);
+		MoveSwitch(mv, &d, &part, new_node);
 	}
 	PG_CATCH();
 	{
@@ -1506,29 +1509,34 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 		err = CopyErrorData();
 		FlushErrorState();
 
-		/*
-		 * standing on neither node: undone; else move_keys() again finishes
-		 * it
-		 */
-		undone = !mv.stands && mv.conns[0] != NULL && mv.conns[1] != NULL && MoveUndo(&mv);
+		/* standing on neither node: undone; else move_keys() again ends it */
+		undone = !mv->stands && mv->conns[0] != NULL && mv->conns[1] != NULL && MoveUndo(mv);
 		for (int i = 0; i < 2; i++)
-			PQfinish(mv.conns[i]);
+			PQfinish(mv->conns[i]);
+		if (!mv->parked && !mv->stands)
+			ReThrowError(err);	/* nothing was under way */
 		if (!undone)
 			ereport(ERROR,
 					(errcode(err->sqlerrcode),
 					 errmsg("the move of keys (%d, %d) of distributed pipeline \"%s\" is cut off half way: %s",
-							modulus, remainder, mv.name, err->message),
-					 mv.stands ?
+							modulus, remainder, mv->name, err->message),
+					 mv->stands ?
 					 errdetail("It stands on server \"%s\"; the coordinator still sends the keys to server \"%s\", which keeps their events for it.",
-							   mv.servers[1], mv.servers[0]) :
+							   mv->servers[1], mv->servers[0]) :
 					 errdetail("Server \"%s\" keeps the keys' events aside until the move is finished or undone.",
-							   mv.servers[0]),
+							   mv->servers[0]),
 					 errhint("Call exactonce.move_keys() again, with the same arguments, to finish or undo it.")));
-		ReThrowError(err);
+		ereport(ERROR,
+				(errcode(err->sqlerrcode),
+				 errmsg("the move of keys (%d, %d) of distributed pipeline \"%s\" is given up: %s",
+						modulus, remainder, mv->name, err->message),
+				 errdetail("Nothing moved; server \"%s\" takes the keys' events again, those it kept meanwhile first.",
+						   mv->servers[0]),
+				 err->hint ? errhint("%s", err->hint) : 0));
 	}
 	PG_END_TRY();
 	for (int i = 0; i < 2; i++)
-		PQfinish(mv.conns[i]);
+		PQfinish(mv->conns[i]);
 	SetUserIdAndSecContext(caller, caller_sec);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

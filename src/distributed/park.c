@@ -181,6 +181,7 @@ ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
 	const char *s = quote_identifier(p->name);
 	const char *t = quote_identifier(ParkName(modulus, remainder));
 	StringInfoData cols;
+	int64		n;
 
 	if (!OidIsValid(ParkTable(p->nspid, modulus, remainder)))
 		return 0;
@@ -188,8 +189,10 @@ ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
 	EventAppendColumns(&cols, p);
 	if (SPI_execute(psprintf("WITH parked AS (DELETE FROM %1$s.%2$s RETURNING %3$s)"
 							 " INSERT INTO %1$s.ingest (%3$s) SELECT * FROM parked",
-							 s, t, cols.data), false, 0) != SPI_OK_INSERT ||
-		SPI_execute(psprintf("DROP TABLE %s.%s", s, t), false, 0) < 0)
+							 s, t, cols.data), false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not return the events of the moving keys of pipeline \"%s\" to its queue", p->name);
-	return (int64) SPI_processed;
+	n = (int64) SPI_processed;
+	if (SPI_execute(psprintf("DROP TABLE %s.%s", s, t), false, 0) < 0)
+		elog(ERROR, "could not drop the table of the moving keys of pipeline \"%s\"", p->name);
+	return n;
 }

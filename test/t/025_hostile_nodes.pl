@@ -122,7 +122,10 @@ my $locker = $node->background_psql($db);
 $locker->query_safe('BEGIN; LOCK TABLE bobs.state IN ACCESS EXCLUSIVE MODE');
 my (undef, undef, $move_err) = $coord->psql($db,
 	"\\set VERBOSITY verbose\nSET exactonce.move_lock_timeout = '1s'; SELECT exactonce.move_keys('bobs', 2, 1, 'bother')");
-like($move_err, qr/ERROR:  55P03: on server "bnode":/, 'a move waits for a lock on a node only move_lock_timeout');
+like($move_err, qr/ERROR:  55P03: the move of keys \(2, 1\) of distributed pipeline "bobs" is given up: on server "bnode": ERROR:  canceling statement due to lock timeout/,
+	'a move waits for a lock on a node only move_lock_timeout, then is undone');
+is($node->safe_psql($db, "SELECT to_regclass('bobs.moving_2_1') IS NULL"),
+	't', 'the lock on the old node\'s state does not keep the undone move\'s events aside');
 as('bob', "INSERT INTO bobs.ingest (key, version, value, d) VALUES ('after_timeout', 1, 1, 'x')");
 is(as('bob', "SELECT count(*) FROM bobs.aggregates WHERE level = 0"), '1',
 	'and the coordinator\'s producers and readers go on');

@@ -1,0 +1,233 @@
+# Moving keys while producers and readers go on, on three real clusters: a
+# coordinator and two nodes.  The old node parks the range's events while
+# the move is under way, so the coordinator's producers and readers are
+# held only by its switch.
+#
+# 1. A move held half way (a prepared transaction on the new node holds
+#    the pipeline there): producers insert through the coordinator and
+#    readers read its aggregates meanwhile, the old node parks the
+#    range's events and still takes the others; once let go, the move
+#    ends, the parked events reach the new node, and the aggregates equal
+#    the oracle.
+# 2. A move that cannot take the coordinator's lock for its switch (a
+#    reader's transaction holds the aggregates) gives up after
+#    exactonce.move_lock_timeout: both nodes roll back, the parked events
+#    go back into the old node's queue, nothing is left half done, and the
+#    aggregates equal the oracle; the same move made afterwards succeeds.
+# 3. A move whose new node refuses it (lock timeout there) is undone the
+#    same way.
+# 4. A move cut off after both nodes committed (the coordinator's
+#    connection killed at the switch is not reproducible, so the nodes'
+#    halves are run as move_keys() would) is finished by move_keys()
+#    again: the coordinator's switch and the parked events.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use ExactonceTest;
+
+my $db = 'postgres';
+my $coord = eo_node('coordinator', preload => 0);
+my @nodes = (eo_node('node1'), eo_node('node2'));
+$_->safe_psql($db, 'CREATE EXTENSION exactonce') for @nodes;
+my $user = $coord->safe_psql($db, 'SELECT current_user');
+$coord->safe_psql($db, 'CREATE EXTENSION exactonce; CREATE EXTENSION postgres_fdw');
+for my $i (0, 1)
+{
+	my $n = $nodes[$i];
+	my $server = 'node' . ($i + 1);
+	$coord->safe_psql($db,
+		"CREATE SERVER $server FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '"
+		  . $n->host . "', port '" . $n->port . "', dbname '$db');
+		 CREATE USER MAPPING FOR CURRENT_USER SERVER $server OPTIONS (user '$user')");
+}
+$coord->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+SELECT exactonce.create_distributed_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk'],
+	ARRAY['node1', 'node2']::name[]);
+CREATE TABLE truth (key text, version bigint, value numeric, risk_type text, region text,
+	trade_desk text, deleted boolean, PRIMARY KEY (key, version));
+CREATE TABLE sent (n bigint NOT NULL);
+});
+my $round = 0;
+
+# produce(n): n more rounds of 1,000 events through the coordinator
+sub produce
+{
+	my ($n) = @_;
+	for (1 .. $n)
+	{
+		$round++;
+		$coord->safe_psql($db, ExactonceTest::produce_sql(($round - 1) * 1000 + 1, $round * 1000));
+	}
+	return;
+}
+
+# exact(label): once every node has applied everything, the coordinator's
+# aggregates equal the oracle, each key lives on the node of its range,
+# and no node parks anything or holds a prepared move
+sub exact
+{
+	my ($label) = @_;
+	$coord->safe_psql($db, "SELECT exactonce.flush('trades')");
+	is(eo_mismatches($coord, $db), '0', "$label: the coordinator's aggregates equal the oracle");
+	my @left;
+	for my $n (@nodes)
+	{
+		push @left,
+		  $n->safe_psql($db,
+			    "SELECT (SELECT count(*) FROM pg_prepared_xacts) || '/' || (SELECT count(*) FROM pg_class c"
+			  . " JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'trades' AND c.relname LIKE 'moving%')");
+	}
+	is(join(',', @left), '0/0,0/0', "$label: no node holds a prepared move or parked events");
+	return;
+}
+
+# the server the coordinator's ingest sends keys (modulus, remainder) to
+sub server_of
+{
+	my ($m, $r) = @_;
+	return $coord->safe_psql(
+		$db, qq{
+SELECT o.option_value FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	JOIN pg_foreign_table f ON f.ftrelid = c.oid, pg_options_to_table(f.ftoptions) o
+WHERE i.inhparent = 'trades.ingest'::regclass AND o.option_name = 'server'
+	AND pg_get_expr(c.relpartbound, c.oid) = 'FOR VALUES WITH (modulus $m, remainder $r)'});
+}
+
+produce(4);
+exact('before any move');
+
+# 1. a move held half way: a prepared transaction on node1 (the new node)
+# holds the pipeline there, so move_keys_in() waits
+$nodes[0]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
+my ($mout, $merr) = ('', '');
+my $move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $coord->connstr($db),
+		'-c', "SET exactonce.move_lock_timeout = 0", '-c', "SELECT exactonce.move_keys('trades', 4, 1, 'node1')"
+	],
+	'>', \$mout, '2>', \$merr);
+ok( $nodes[0]->poll_query_until(
+		$db,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
+	'the move waits on the new node');
+is($nodes[1]->safe_psql($db, "SELECT to_regclass('trades.moving_4_1') IS NOT NULL"),
+	't', 'the old node parks the range\'s events meanwhile');
+produce(2);
+pass('producers insert through the coordinator while the keys move');
+is($coord->safe_psql($db, 'SELECT count(*) > 0 FROM trades.aggregates'),
+	't', 'readers read the coordinator\'s aggregates while the keys move');
+$move->pump_nb;
+ok($move->pumpable, 'the move is still under way');
+my $parked = $nodes[1]->safe_psql($db, 'SELECT count(*) FROM trades.moving_4_1');
+cmp_ok($parked, '>', 0, "the old node parked the events of the moving keys ($parked)");
+is( $nodes[1]->safe_psql(
+		$db, 'SELECT count(*) FROM trades.moving_4_1 WHERE exactonce.key_bucket(key, 4) <> 1'),
+	'0', 'and only those');
+my $other = $coord->safe_psql(
+	$db, q{
+SELECT key FROM (SELECT 'other' || i AS key FROM generate_series(1, 100) i) k
+WHERE exactonce.key_bucket(key, 4) = 3 LIMIT 1});
+$nodes[1]->safe_psql($db,
+	"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk) VALUES ('$other', 1, 5, 'Delta', 'AMER', 'FXSpot')");
+$coord->safe_psql($db,
+	"INSERT INTO truth VALUES ('$other', 1, 5, 'Delta', 'AMER', 'FXSpot', false); INSERT INTO sent VALUES (1)");
+pass('the old node\'s queue takes the events of its other keys');
+$nodes[0]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
+ok($move->finish, 'let go, the move ends') or diag($merr);
+($mout) = $mout =~ /(\d+)\s*$/;
+cmp_ok($mout, '>', 0, "and moves the keys ($mout)");
+is(server_of(4, 1), 'node1', 'the coordinator sends the range to the new node');
+is($nodes[1]->safe_psql($db, 'SELECT count(*) FROM trades.state WHERE exactonce.key_bucket(key, 4) = 1'),
+	'0', 'the old node keeps no key of the range');
+produce(1);
+exact('after a move held half way');
+
+# 2. a reader's transaction holds the coordinator's aggregates: the switch
+# waits for it exactonce.move_lock_timeout, then the move gives up
+my $reader = $coord->background_psql($db);
+$reader->query_safe('BEGIN');
+$reader->query_safe('SELECT count(*) FROM trades.aggregates');
+($mout, $merr) = ('', '');
+$move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-d', $coord->connstr($db),
+		'-c', "SET exactonce.move_lock_timeout = '3s'", '-c', "SELECT exactonce.move_keys('trades', 4, 3, 'node1')"
+	],
+	'>', \$mout, '2>', \$merr);
+ok( $nodes[1]->poll_query_until(
+		$db, "SELECT to_regclass('trades.moving_4_3') IS NOT NULL"),
+	'the move starts: the old node parks');
+produce(1);
+$move->finish;
+like($merr, qr/lock timeout/, 'the move gives up when it cannot switch within exactonce.move_lock_timeout');
+$reader->query_safe('COMMIT');
+$reader->quit;
+is(server_of(4, 3), 'node2', 'the coordinator still sends the range to the old node');
+is( $nodes[0]->safe_psql(
+		$db, 'SELECT count(*) FROM trades.state WHERE exactonce.key_bucket(key, 4) = 3'),
+	'0', 'the new node got none of its keys');
+is( $nodes[1]->safe_psql(
+		$db, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'trades.ingest'::regclass AND tgname = 'exactonce_moved_4_3'"),
+	'0', 'the old node takes the range\'s events again');
+exact('after a move given up at the switch');
+my $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 3, 'node1')");
+cmp_ok($moved, '>', 0, "the same move made afterwards succeeds ($moved keys)");
+exact('after it');
+
+# 3. the new node refuses (its pipeline held past the lock timeout): undone
+$nodes[1]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
+($mout, $merr) = ('', '');
+$move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-d', $coord->connstr($db),
+		'-c', "SET exactonce.move_lock_timeout = '3s'", '-c', "SELECT exactonce.move_keys('trades', 4, 0, 'node2')"
+	],
+	'>', \$mout, '2>', \$merr);
+ok($nodes[0]->poll_query_until($db, "SELECT to_regclass('trades.moving_4_0') IS NOT NULL"),
+	'another move starts');
+produce(1);
+$move->finish;
+like($merr, qr/lock timeout/, 'the move gives up when the new node holds its pipeline past the timeout');
+$nodes[1]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
+is(server_of(2, 0), 'node1', 'the range stays where it was');
+exact('after a move the new node refused');
+
+# 4. cut off after both nodes committed: the nodes' halves as move_keys()
+# runs them, with events parked on the way; move_keys() again switches
+# the coordinator and sends the parked events on
+my $gid = 'exactonce_move:trades:4:2:1';
+$nodes[0]->safe_psql($db, "SELECT exactonce.move_keys_park('trades', 4, 2, 'node2'); SELECT exactonce.flush('trades')");
+produce(1);
+my ($state, $dead, $horizon) = split /\n/, $nodes[0]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT replace(state, E'\\n', '') || E'\\n' || replace(coalesce(dead_letters, ''), E'\\n', '')
+	|| E'\\n' || coalesce(horizon::text, '')
+FROM exactonce.move_keys_out('trades', 4, 2, 'node2', '$gid');
+PREPARE TRANSACTION '$gid';
+}), -1;
+$nodes[1]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT exactonce.move_keys_in('trades', 4, 2, 'node1', '$gid', \$m\$$state\$m\$, NULL,
+	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
+PREPARE TRANSACTION '$gid';
+});
+$nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
+$nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
+produce(1);
+$parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_4_2');
+cmp_ok($parked, '>', 0, "cut off after both nodes committed: the old node still parks the range's events ($parked)");
+is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node2')"),
+	'0', 'move_keys() again finishes the move');
+is(server_of(4, 2), 'node2', 'the coordinator sends the range to the new node');
+exact('after a move finished by move_keys() again');
+
+done_testing();
