@@ -1119,6 +1119,8 @@ typedef struct Move
 	bool		prepared[2];
 	bool		parked;			/* the first node parks the range's events */
 	bool		stands;			/* committed on a node: finish, never undo */
+	TimestampTz switched_at;	/* the switch had the coordinator's lock */
+	int64		sent_on;		/* parked events sent to the second node */
 } Move;
 
 /*
@@ -1245,8 +1247,8 @@ MoveParked(Move *mv, Distributed *d)
 
 	MoveRun(mv, 0, "BEGIN", 0, NULL);
 	MoveRun(mv, 0, psprintf("LOCK TABLE %s.%s IN EXCLUSIVE MODE", s, park), 0, NULL);
-	(void) NodeCopy(mv->conns[0], mv->servers[0], psprintf("COPY (SELECT %s FROM %s.%s) TO STDOUT", cols.data, s, park),
-					mv->conns[1], mv->servers[1], psprintf("COPY %s.ingest (%s) FROM STDIN", s, cols.data));
+	mv->sent_on = NodeCopy(mv->conns[0], mv->servers[0], psprintf("COPY (SELECT %s FROM %s.%s) TO STDOUT", cols.data, s, park),
+						   mv->conns[1], mv->servers[1], psprintf("COPY %s.ingest (%s) FROM STDIN", s, cols.data));
 	MoveRun(mv, 0, psprintf("DROP TABLE %s.%s", s, park), 0, NULL);
 	MoveRun(mv, 0, "COMMIT", 0, NULL);
 }
@@ -1374,6 +1376,7 @@ MoveSwitch(Move *mv, Distributed *d, Partition *part, bool new_node)
 							 quote_identifier(mv->name)), false, 0) < 0)
 		elog(ERROR, "could not lock distributed pipeline \"%s\"", mv->name);
 	AtEOXact_GUC(true, gucs);
+	mv->switched_at = GetCurrentTimestamp();
 	Repartition(d, part, mv->modulus, mv->remainder, mv->servers[1], new_node);
 	for (int i = 1; i >= 0; i--)
 	{
@@ -1431,6 +1434,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 {
 	Distributed d;
 	Partition	part;
+	TimestampTz started = GetCurrentTimestamp();
 	Move	   *mv = palloc0(sizeof(Move)); /* not a local: the catch reads it */
 	int32		modulus,
 				remainder;
@@ -1499,6 +1503,14 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 		}
 		keys = MoveNodes(mv, new_node);
 		MoveSwitch(mv, &d, &part, new_node);
+		ereport(LOG,
+				(errmsg("moved " INT64_FORMAT " keys (%d, %d) of distributed pipeline \"%s\" from server \"%s\" to server \"%s\" in %ld ms",
+						keys, modulus, remainder, mv->name, mv->servers[0], mv->servers[1],
+						TimestampDifferenceMilliseconds(started, GetCurrentTimestamp())),
+				 errdetail("The switch held the coordinator's producers and readers for %ld ms until the commit; "
+						   INT64_FORMAT " events kept on server \"%s\" meanwhile went to server \"%s\".",
+						   TimestampDifferenceMilliseconds(mv->switched_at, GetCurrentTimestamp()),
+						   mv->sent_on, mv->servers[0], mv->servers[1])));
 	}
 	PG_CATCH();
 	{
