@@ -1304,16 +1304,16 @@ MoveNodes(Move *mv, bool new_node)
 	mv->parked = true;
 
 	/*
-	 * Those queued before are applied: by the node's workers, without holding
-	 * its queue, where they run; what is left, by a flush.
+	 * Those queued before are applied, by the node's workers where they run,
+	 * without holding its queue; where they do not (wait_applied() says
+	 * 55000) or are slow (EO003), by a flush.
 	 */
-	MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%s, '%d ms');"
-							" EXCEPTION WHEN SQLSTATE 'EO003' OR object_not_in_prerequisite_state THEN NULL;"
-							" END $move$",
+	MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%1$s, '%2$d ms');"
+							" EXCEPTION WHEN SQLSTATE 'EO003' OR object_not_in_prerequisite_state THEN"
+							" PERFORM exactonce.flush(%1$s); END $move$",
 							quote_literal_cstr(mv->name),
 							exactonce_move_lock_timeout > 0 ? Min(exactonce_move_lock_timeout, 2000) : 2000),
 			0, NULL);
-	MoveRun(mv, 0, "SELECT exactonce.flush($1)", 1, params);
 
 	for (int i = 0; i < 2; i++)
 		MoveRun(mv, i, "BEGIN", 0, NULL);
