@@ -217,6 +217,10 @@ BEGIN;
 SELECT keys > 0 AS out FROM exactonce.move_keys_out('pk', 2, 0, 'node2', 'pk-2');
 SELECT pg_temp.err($$SELECT exactonce.move_keys_unpark('pk', 2, 0)$$);
 ROLLBACK;
+-- parked events are never dropped unasked
+SELECT exactonce.flush('pk') > 0 AS flushed;
+SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('pk')$$);
+SELECT exactonce.move_keys_unpark('pk', 2, 0) AS returned;
 SELECT exactonce.flush('pk') > 0 AS flushed;
 SELECT exactonce.drop_pipeline('pk');
 DROP TABLE pk_sent;

@@ -46,6 +46,7 @@
 #include "catalog/shape.h"
 #include "catalog/statement.h"
 #include "distributed/coordinator.h"
+#include "distributed/park.h"
 #include "engine/drain.h"
 #include "engine/progress.h"
 #include "utils/shmem.h"
@@ -969,6 +970,14 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 							name, queued, staged),
 					 errdetail("Dropping it now would discard events that were never applied."),
 					 errhint("Run exactonce.flush('%s') first, or pass force => true to discard them.", name)));
+		queued = ParkCount(p->nspid);
+		if (queued > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pipeline \"%s\" still keeps " INT64_FORMAT " events of keys being moved to another node",
+							name, queued),
+					 errdetail("Dropping it now would discard events that were never applied."),
+					 errhint("Finish the move with exactonce.move_keys() at the coordinator, or pass force => true to discard them.")));
 	}
 
 	if (SPI_execute(psprintf("DROP SCHEMA %s CASCADE", quote_identifier(name)), false, 0) < 0)

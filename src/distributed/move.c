@@ -8,28 +8,34 @@
  * (compute_partition_hash_value), the function by which the coordinator's
  * ingest routes them.  move_keys(pipeline, modulus, remainder, server), at
  * the coordinator, moves the range from the node whose partition holds it
- * to server (a new node, or another one), in one step:
+ * to server (a new node, or another one), in one step, while producers and
+ * readers at the coordinator go on but for its switch:
  *
- *	 1. The coordinator locks its ingest and views (producers and readers
- *		wait), splits the partition that holds the range if its modulus is
- *		smaller, and points the range's partition at the new node.
- *	 2. On the old node, move_keys_out() holds the pipeline, adds a trigger
- *		to its queue that refuses the range's keys from then on (a producer
- *		writing to the node directly hears of the move), drains the queue,
- *		takes the range's state rows (and seen rows) and dead letters out and
- *		takes the range's live keys out of its cells (latest mode), as their
- *		tombstones would: the cost is the range's, not the node's.
- *	 3. On the new node, move_keys_in() puts them in, and the keys into its
- *		cells as their first versions would.
- *	 4. Both node transactions are prepared, then committed (two-phase
- *		commit), and the coordinator's commits last.
+ *	 1. On the old node, move_keys_park() makes the range's queue trigger
+ *		keep its events aside (park.c), committed on its own; the node's
+ *		workers, or a flush, apply what it queued of the range before.
+ *	 2. In one transaction on each node, prepared (two-phase commit):
+ *		move_keys_out() on the old node holds its workers, takes the range's
+ *		state rows (and seen rows) and dead letters out and takes the range's
+ *		live keys out of its cells (latest mode), as their tombstones would:
+ *		the cost is the range's, not the node's; move_keys_in() on the new
+ *		node puts them in, and the keys into its cells as their first
+ *		versions would.
+ *	 3. The switch (MoveSwitch), the only step that holds the coordinator's
+ *		producers and readers: its ingest and views locked, the partition
+ *		that holds the range split if its modulus is smaller and the range's
+ *		pointed at the new node, both nodes committed (the new one first),
+ *		the parked events copied into the new node's queue; the coordinator
+ *		commits last.  From then on the old node refuses the range's keys.
  *
  * So the keys' state, dead letters and contributions to the cells leave
  * one node and reach the other atomically, and no event of the range is
  * applied on the old node after the move.  Each node records its moves in
- * exactonce.key_move; a move cut off half way (a node or the coordinator
- * gone) is finished, or undone, by calling move_keys() again, which looks
- * for its prepared transactions on both nodes first.
+ * exactonce.key_move.  A move that fails before a node commits is undone
+ * (both nodes rolled back, the parked events returned to the old node's
+ * queue); one cut off later (a node or the coordinator gone) is finished,
+ * or undone, by calling move_keys() again, which looks for its prepared
+ * transactions on both nodes first.
  *
  * move_keys() reaches both nodes with the user mappings of the pipeline's
  * owner (node.c), whoever calls it.  A node trusts its peer no more
@@ -105,8 +111,8 @@ void
 MoveInit(void)
 {
 	DefineCustomIntVariable("exactonce.move_lock_timeout",
-							"Longest wait of exactonce.move_keys() for a lock on a node.",
-							"The coordinator's producers and readers of the pipeline wait while the move does; past this, the move gives up (55P03) and they go on.",
+							"Longest wait of exactonce.move_keys() for a lock on a node, and of its switch for the coordinator's lock.",
+							"Past this, the move gives up (55P03) and is undone.",
 							&exactonce_move_lock_timeout,
 							10000, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS,
@@ -1305,13 +1311,16 @@ MoveNodes(Move *mv, bool new_node)
 
 	/*
 	 * Those queued before are applied, by the node's workers where they run,
-	 * without holding its queue; where they do not (wait_applied() says
-	 * 55000) or are slow (EO003), by a flush.
+	 * without holding its queue; where they do not (paused, or wait_applied()
+	 * says 55000) or are slow (EO003), by a flush.
 	 */
-	MoveRun(mv, 0, psprintf("DO $move$ BEGIN PERFORM exactonce.wait_applied(%1$s, '%2$d ms');"
-							" EXCEPTION WHEN SQLSTATE 'EO003' OR object_not_in_prerequisite_state THEN"
-							" PERFORM exactonce.flush(%1$s); END $move$",
-							quote_literal_cstr(mv->name),
+	MoveRun(mv, 0, psprintf("DO $move$ BEGIN"
+							" IF NOT (SELECT paused FROM %1$s.progress) THEN BEGIN"
+							" PERFORM exactonce.wait_applied(%2$s, '%3$d ms'); RETURN;"
+							" EXCEPTION WHEN SQLSTATE 'EO003' OR object_not_in_prerequisite_state THEN NULL;"
+							" END; END IF;"
+							" PERFORM exactonce.flush(%2$s); END $move$",
+							quote_identifier(mv->name), quote_literal_cstr(mv->name),
 							exactonce_move_lock_timeout > 0 ? Min(exactonce_move_lock_timeout, 2000) : 2000),
 			0, NULL);
 

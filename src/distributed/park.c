@@ -196,3 +196,34 @@ ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
 		elog(ERROR, "could not drop the table of the moving keys of pipeline \"%s\"", p->name);
 	return n;
 }
+
+/*
+ * ParkCount counts the events parked in a pipeline's schema, for moves
+ * under way or cut off (SPI is connected).
+ */
+int64
+ParkCount(Oid nspid)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(nspid)};
+	int64		n = 0;
+	List	   *tables = NIL;
+	ListCell   *lc;
+
+	if (SPI_execute_with_args("SELECT c.oid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_class c"
+							  " WHERE c.relnamespace OPERATOR(pg_catalog.=) $1 AND c.relkind OPERATOR(pg_catalog.=) 'r'"
+							  " AND c.relname OPERATOR(pg_catalog.~) '^moving_[0-9]+_[0-9]+$'",
+							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the tables of parked events");
+	for (uint64 i = 0; i < SPI_processed; i++)
+		tables = lappend(tables, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+	foreach(lc, tables)
+	{
+		bool		isnull;
+
+		if (SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM %s", (char *) lfirst(lc)), true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not count the parked events in %s", (char *) lfirst(lc));
+		n += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	return n;
+}

@@ -18,5 +18,6 @@ extern Oid	ParkTable(Oid nspid, int32 modulus, int32 remainder);
 extern void ParkCreate(Pipeline *p, int32 modulus, int32 remainder);
 extern bool ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder);
 extern int64 ParkReturn(Pipeline *p, int32 modulus, int32 remainder);
+extern int64 ParkCount(Oid nspid);
 
 #endif							/* EXACTONCE_PARK_H */
