@@ -21,7 +21,9 @@
 #   dist      a coordinator and four nodes, each node pinned to a quarter of
 #             the cores: 8 sessions COPY the chunks through the coordinator
 #             into a pipeline on 1, 2 and 4 nodes, to every event applied;
-#             then the four nodes fed their own keys directly.   (33: 1, 2)
+#             the 4-node run again with keys (64, 1) moved a second into it
+#             (how long the move's switch held the coordinator); then the
+#             four nodes fed their own keys directly.          (33: 1, 2, 3)
 #   defaults  the same drain with nothing of exactonce or the workers set,
 #             as a ratio of the best hand-set drain above.          (31: 1)
 #   latency   a paced stream of 50,000 events/s in batches of 1,000 into a
@@ -281,6 +283,25 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 		echo "  $n nodes through the coordinator: inserted in $tl s, applied in $s s: ${DIST[$n]} events/s; cells differing: $diff"
 		[ "$n" = 4 ] || qc -c "SELECT exactonce.drop_pipeline('d')" >/dev/null
 	done
+	# a move under load: the same COPY through the coordinator into four
+	# nodes, and keys (64, 1) moved from node2 to node3 a second into it;
+	# the coordinator's log says how long the move's switch held it
+	qc -c "SELECT exactonce.drop_pipeline('d')" \
+		-c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes 4))" >/dev/null
+	t0=$(t)
+	( sleep 1; qc -c "SELECT exactonce.move_keys('d', 64, 1, 'node3')" >"$W/moved" 2>&1 ) &
+	mpid=$!
+	sessions d.ingest "$W/coord" 5440 "$W"/chunk.*
+	wait $mpid
+	tl=$(c "$(t)-$t0")
+	dist_drained 4
+	s=$(c "$(t)-$t0")
+	diff=$(qc -c "$(truth_diff d.aggregates)")
+	[ "$diff" = 0 ] || result "FAIL: d with a move under load differs from the truth"
+	move=$(grep -o 'moved [0-9]* keys .* in [0-9]* ms' "$W/coord/server.log" | tail -1)
+	switch=$(grep -o 'held the coordinator.s producers and readers for [0-9]* ms' "$W/coord/server.log" | tail -1 | grep -o '[0-9]* ms')
+	echo "  4 nodes through the coordinator, keys (64, 1) moved meanwhile: inserted in $tl s, applied in $s s: $(ci "$EVENTS/$s") events/s; cells differing: $diff; $(cat "$W/moved")"
+	result "distributed, a move under load: ${move:-no move logged} while 8 sessions COPY through the coordinator ($(ci "$EVENTS/$s") events/s, 4 nodes); the switch held the coordinator's producers and readers ${switch:-?} (target: at most 100 ms at 10,000 keys)"
 	# the four nodes fed their own keys directly: the events split by the
 	# coordinator's own routing (its hash partitions)
 	qc -c "CREATE TABLE events (key text COLLATE \"C\", version bigint, value numeric, risk_type text, region text, trade_desk text, deleted boolean, event_time timestamptz)" \
