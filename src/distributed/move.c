@@ -1125,8 +1125,10 @@ typedef struct Move
 	bool		prepared[2];
 	bool		parked;			/* the first node parks the range's events */
 	bool		stands;			/* committed on a node: finish, never undo */
+	char	   *columns;		/* of the queues (MoveColumns) */
 	TimestampTz switched_at;	/* the switch had the coordinator's lock */
-	int64		sent_on;		/* parked events sent to the second node */
+	int64		sent_on;		/* parked events that went with the move */
+	int64		sent_late;		/* ... and those sent on at the switch */
 } Move;
 
 /*
@@ -1214,33 +1216,17 @@ MoveResolve(Move *mv)
 }
 
 /*
- * MoveParked sends the events the first node parked while the keys moved
- * (park.c) to the second node's queue, and drops their table there, once
- * the move stands on both nodes.  The first node's direct producers wait
- * for that (the coordinator's wait for the switch); a resend of parked
- * events, should this be cut off, is a duplicate on the second node.
+ * MoveColumns lists the columns of a distributed pipeline's ingest at the
+ * coordinator: those of its nodes' queues, which parked events have.
  */
-static void
-MoveParked(Move *mv, Distributed *d)
+static char *
+MoveColumns(Distributed *d)
 {
 	Oid			ingest = get_relname_relid("ingest", get_namespace_oid(d->name, false));
 	Relation	rel = table_open(ingest, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);
-	const char *s = quote_identifier(mv->name);
-	const char *park = quote_identifier(ParkName(mv->modulus, mv->remainder));
-	const char *params[1];
 	StringInfoData cols;
-	char	   *exists;
 
-	params[0] = psprintf("%s.%s", s, park);
-	exists = MoveRun(mv, 0, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, params);
-	if (exists == NULL || strcmp(exists, "t") != 0)
-	{
-		table_close(rel, AccessShareLock);
-		return;
-	}
-
-	/* the columns of the coordinator's ingest: the nodes' queues' */
 	initStringInfo(&cols);
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -1250,11 +1236,49 @@ MoveParked(Move *mv, Distributed *d)
 			appendStringInfo(&cols, "%s%s", cols.len > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
 	}
 	table_close(rel, AccessShareLock);
+	return cols.data;
+}
 
+/*
+ * MoveParkedOn copies the events the first node parked (park.c) into the
+ * second node's queue, taking them out of their table with delete, else
+ * reading them; the nodes' transactions are the caller's.  Returns how many.
+ */
+static int64
+MoveParkedOn(Move *mv, bool delete)
+{
+	const char *s = quote_identifier(mv->name);
+	const char *park = quote_identifier(ParkName(mv->modulus, mv->remainder));
+
+	return NodeCopy(mv->conns[0], mv->servers[0],
+					psprintf(delete ? "COPY (DELETE FROM %2$s.%3$s RETURNING %1$s) TO STDOUT" :
+							 "COPY (SELECT %1$s FROM %2$s.%3$s) TO STDOUT", mv->columns, s, park),
+					mv->conns[1], mv->servers[1], psprintf("COPY %s.ingest (%s) FROM STDIN", s, mv->columns));
+}
+
+/*
+ * MoveParked sends the rest of the events the first node parked while the
+ * keys moved to the second node's queue, and drops their table there, once
+ * the move stands on both nodes (those parked before the nodes prepared
+ * went with the move).  The first node's direct producers wait for that
+ * (the coordinator's wait for the switch); a resend of parked events,
+ * should this be cut off, is a duplicate on the second node.
+ */
+static void
+MoveParked(Move *mv)
+{
+	const char *s = quote_identifier(mv->name);
+	const char *park = quote_identifier(ParkName(mv->modulus, mv->remainder));
+	const char *params[1];
+	char	   *exists;
+
+	params[0] = psprintf("%s.%s", s, park);
+	exists = MoveRun(mv, 0, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, params);
+	if (exists == NULL || strcmp(exists, "t") != 0)
+		return;
 	MoveRun(mv, 0, "BEGIN", 0, NULL);
 	MoveRun(mv, 0, psprintf("LOCK TABLE %s.%s IN EXCLUSIVE MODE", s, park), 0, NULL);
-	mv->sent_on = NodeCopy(mv->conns[0], mv->servers[0], psprintf("COPY (SELECT %s FROM %s.%s) TO STDOUT", cols.data, s, park),
-						   mv->conns[1], mv->servers[1], psprintf("COPY %s.ingest (%s) FROM STDIN", s, cols.data));
+	mv->sent_late = MoveParkedOn(mv, false);
 	MoveRun(mv, 0, psprintf("DROP TABLE %s.%s", s, park), 0, NULL);
 	MoveRun(mv, 0, "COMMIT", 0, NULL);
 }
@@ -1359,6 +1383,13 @@ MoveNodes(Move *mv, bool new_node)
 	MoveRun(mv, 1, "SELECT exactonce.move_keys_in($1, $2::integer, $3::integer, $4, $5, $6, $7, $8, $9::bigint)",
 			9, params);
 
+	/*
+	 * the events parked so far go with the keys, in the same transactions:
+	 * the new node's workers, held until it commits, apply them after the
+	 * keys' state; the switch sends only those parked since
+	 */
+	mv->sent_on = MoveParkedOn(mv, true);
+
 	for (int i = 0; i < 2; i++)
 	{
 		MoveRun(mv, i, psprintf("PREPARE TRANSACTION %s", quote_literal_cstr(mv->gid)), 0, NULL);
@@ -1395,7 +1426,7 @@ MoveSwitch(Move *mv, Distributed *d, Partition *part, bool new_node)
 		mv->prepared[i] = false;
 		mv->stands = true;
 	}
-	MoveParked(mv, d);
+	MoveParked(mv);
 }
 
 /*
@@ -1494,6 +1525,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 				 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" are on server \"%s\" already",
 						modulus, remainder, mv->name, part.server)));
 	new_node = !IsNode(&d, mv->servers[1]);
+	mv->columns = MoveColumns(&d);
 
 	mv->gid = psprintf("exactonce_move:%s:%d:%d:" INT64_FORMAT, mv->name, modulus, remainder,
 					   (int64) GetCurrentTimestamp());
@@ -1517,9 +1549,10 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 						keys, modulus, remainder, mv->name, mv->servers[0], mv->servers[1],
 						TimestampDifferenceMilliseconds(started, GetCurrentTimestamp())),
 				 errdetail("The switch held the coordinator's producers and readers for %ld ms until the commit; "
-						   INT64_FORMAT " events kept on server \"%s\" meanwhile went to server \"%s\".",
+						   "of the events server \"%s\" kept meanwhile, " INT64_FORMAT " went with the keys and "
+						   INT64_FORMAT " at the switch.",
 						   TimestampDifferenceMilliseconds(mv->switched_at, GetCurrentTimestamp()),
-						   mv->sent_on, mv->servers[0], mv->servers[1])));
+						   mv->servers[0], mv->sent_on, mv->sent_late)));
 	}
 	PG_CATCH();
 	{

@@ -289,7 +289,7 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 	qc -c "SELECT exactonce.drop_pipeline('d')" \
 		-c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes 4))" >/dev/null
 	t0=$(t)
-	( sleep 1; qc -c "SELECT exactonce.move_keys('d', 64, 1, 'node3')" >"$W/moved" 2>&1 ) &
+	( sleep 1; qc -c "SELECT exactonce.move_keys('d', ${MOVE_MODULUS:-64}, 1, 'node3')" >"$W/moved" 2>&1 ) &
 	mpid=$!
 	sessions d.ingest "$W/coord" 5440 "$W"/chunk.*
 	wait $mpid
@@ -300,7 +300,7 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 	[ "$diff" = 0 ] || result "FAIL: d with a move under load differs from the truth"
 	move=$(grep -o 'moved [0-9]* keys .* in [0-9]* ms' "$W/coord/server.log" | tail -1)
 	switch=$(grep -o 'held the coordinator.s producers and readers for [0-9]* ms' "$W/coord/server.log" | tail -1 | grep -o '[0-9]* ms')
-	echo "  4 nodes through the coordinator, keys (64, 1) moved meanwhile: inserted in $tl s, applied in $s s: $(ci "$EVENTS/$s") events/s; cells differing: $diff; $(cat "$W/moved")"
+	echo "  4 nodes through the coordinator, keys (${MOVE_MODULUS:-64}, 1) moved meanwhile: inserted in $tl s, applied in $s s: $(ci "$EVENTS/$s") events/s; cells differing: $diff; $(cat "$W/moved")"
 	result "distributed, a move under load: ${move:-no move logged} while 8 sessions COPY through the coordinator ($(ci "$EVENTS/$s") events/s, 4 nodes); the switch held the coordinator's producers and readers ${switch:-?} (target: at most 100 ms at 10,000 keys)"
 	# the four nodes fed their own keys directly: the events split by the
 	# coordinator's own routing (its hash partitions)
