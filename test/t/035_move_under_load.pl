@@ -20,6 +20,9 @@
 #    connection killed at the switch is not reproducible, so the nodes'
 #    halves are run as move_keys() would) is finished by move_keys()
 #    again: the coordinator's switch and the parked events.
+# 5. The old node stopped with -m immediate in the middle of a move: the
+#    move is cut off, the events parked survive the crash, and move_keys()
+#    again makes the move with them.
 
 use strict;
 use warnings;
@@ -229,5 +232,36 @@ is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node2')")
 	'0', 'move_keys() again finishes the move');
 is(server_of(4, 2), 'node2', 'the coordinator sends the range to the new node');
 exact('after a move finished by move_keys() again');
+
+# 5. the old node killed (-m immediate) in the middle of a move, its
+# events parked: the move is cut off, the parked events survive the crash,
+# and move_keys() again makes the move, those events with it
+$nodes[1]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
+($mout, $merr) = ('', '');
+$move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-d', $coord->connstr($db),
+		'-c', "SET exactonce.move_lock_timeout = 0", '-c', "SELECT exactonce.move_keys('trades', 8, 0, 'node2')"
+	],
+	'>', \$mout, '2>', \$merr);
+ok( $nodes[1]->poll_query_until(
+		$db,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
+	'a move waits on the new node');
+produce(1);
+$parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_0');
+cmp_ok($parked, '>', 0, "the old node parks the range's events ($parked)");
+$nodes[0]->stop('immediate');
+$nodes[1]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
+$move->finish;
+like($merr, qr/is cut off half way: on server "node1"/, 'the old node killed: the move is cut off half way, naming it');
+$nodes[0]->start;
+is($nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_0'),
+	$parked, 'the parked events survive the crash');
+produce(1);
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 0, 'node2')");
+cmp_ok($moved, '>', 0, "move_keys() again makes the move ($moved keys)");
+is(server_of(8, 0), 'node2', 'the coordinator sends the range to the new node');
+exact('after the old node was killed in the middle of a move');
 
 done_testing();
