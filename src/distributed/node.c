@@ -320,8 +320,10 @@ NodeCopy(PGconn *from, const char *fromserver, const char *out_sql,
 	for (;;)
 	{
 		char	   *buf;
-		int			len = PQgetCopyData(from, &buf, 1);
+		int			len;
 
+		CHECK_FOR_INTERRUPTS();
+		len = PQgetCopyData(from, &buf, 1);
 		if (len > 0)
 		{
 			if (PQputCopyData(to, buf, len) != 1)
