@@ -159,13 +159,26 @@ is(sql("SELECT count(*) || ' ' || sum(taken) FROM sh2.shard"),
 # stand part way through a partition: by the TIDs of their positions, and,
 # once a rewrite moved the rows to other TIDs, by the counts of their rows
 eo_alter_system($node, 'exactonce.batch_size' => 50);
+sql(q{SELECT exactonce.create_pipeline('sh4', ARRAY['a'], shards => 2)});
+# a key of each shard half way through the queue, held by an uncommitted
+# insert of its state row, stops that shard's worker there (it waits on the
+# key's index entry) until the pause is in place
+my @held = map {
+	sql("SELECT 'k' || i FROM generate_series(10000, 20000) i WHERE shard_of('k' || i, 2) = $_ LIMIT 1")
+} (0, 1);
+my $stopper = $node->background_psql($db);
+$stopper->query_safe('BEGIN');
+$stopper->query_safe(
+	"INSERT INTO sh4.state (key, a, deleted, version, value, updated_at) VALUES ('$held[0]', 'a0', false, 0, 0, now()), ('$held[1]', 'a0', false, 0, 0, now())"
+);
 sql(q{
-SELECT exactonce.create_pipeline('sh4', ARRAY['a'], shards => 2);
 INSERT INTO sh4.ingest (key, version, value, a) SELECT 'k' || i, 1, 1, 'a' || (i % 4) FROM generate_series(1, 20000) i;
 INSERT INTO produced SELECT 'sh4', 'k' || i, 1, 1, 'a' || (i % 4) FROM generate_series(1, 20000) i;
 });
 ok($node->poll_query_until($db, 'SELECT bool_and(taken > 0) FROM sh4.shard'), 'sh4: both shards take batches');
 sql(q{SELECT exactonce.pause('sh4')});
+$stopper->query_safe('ROLLBACK');
+$stopper->quit;
 my ($taken, $before) = (-1, -2);
 while ($taken != $before)
 {
