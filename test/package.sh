@@ -65,7 +65,7 @@ fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "# installing ${need[*]}"
 	apt-get update -qq >/dev/null 2>&1
-	if [ -n "${common:-}" ] && apt-cache madison postgresql-server-dev-all | grep -q "| $common |"; then
+	if [ -n "${common:-}" ] && apt-cache madison postgresql-server-dev-all | grep "| $common |" >/dev/null; then
 		need=("${need[@]/#postgresql-server-dev-all/postgresql-server-dev-all=$common}")
 	fi
 	if ! apt-get install "${apt_opts[@]}" "${need[@]}" >/tmp/exactonce-package-apt.log 2>&1; then
@@ -168,9 +168,11 @@ mkdir "$backup"
 while read -r f; do
 	[ -f "$f" ] && [ ! -L "$f" ] && keep "$f"
 done < <(dpkg-deb --fsys-tarfile "$deb" | tar -t | sed -n 's|^\./|/|p')
+# (grep reads the whole list: grep -q could leave dpkg a SIGPIPE, which
+# pipefail counts as a failure)
 if apt-get install "${apt_opts[@]}" "$deb" >"$tmp/install.log" 2>&1 &&
 	dpkg-query -W -f='${Status}' "$pkg" | grep -q 'ok installed' &&
-	dpkg -L "$pkg" | grep -q "/$name\.so$"; then
+	dpkg -L "$pkg" | grep "/$name\.so$" >/dev/null; then
 	ok "$pkg installed ($(wc -l <"$backup.list") files of an earlier install kept aside)"
 else
 	not_ok "$pkg installed"
