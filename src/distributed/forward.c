@@ -193,11 +193,10 @@ TargetCopy(Target *t)
 
 	if (link->copying && strcmp(link->copy_sql, t->copy_sql) == 0)
 		return;
-	LinkStart(link, t->copy_sql);
+	LinkStartCopy(link, t->copy_sql);
 	if (link->copy_sql)
 		pfree(link->copy_sql);
 	link->copy_sql = MemoryContextStrdup(TopMemoryContext, t->copy_sql);
-	link->copying = true;
 	resetStringInfo(&link->buf);
 	appendBinaryStringInfo(&link->buf, header, sizeof(header)); /* with its \0 */
 	appendBinaryStringInfo(&link->buf, (char *) &zero, sizeof(zero));	/* flags */
@@ -314,15 +313,14 @@ ForwardBeginModify(ModifyTableState *mtstate, ResultRelInfo *rinfo, List *fdw_pr
 
 /*
  * ForwardEnd ends the statement's COPY on the partition's node: the node
- * has the events, or the statement fails with its error.
+ * has the events, or the statement fails with its error.  The first
+ * partition to end ends them all, so the nodes finish side by side.
  */
 static void
 ForwardEnd(EState *estate, ResultRelInfo *rinfo)
 {
-	Target	   *t = rinfo->ri_FdwState;
-
-	if (t != NULL)
-		LinkEndCopy(t->link);
+	if (rinfo->ri_FdwState != NULL)
+		LinkEndCopies();
 }
 
 static int

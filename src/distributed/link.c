@@ -7,7 +7,7 @@
  * A link is a connection to a node as a pipeline's owner (node.c), kept for
  * the session, on which the coordinator's ingest sends events and its
  * views read the nodes (forward.c).  A node's transaction starts with the
- * first statement that uses the link, at REPEATABLE READ (each node read
+ * first statement sent on the link, at REPEATABLE READ (each node read
  * once per snapshot, as postgres_fdw does), follows the caller's
  * savepoints, and is committed just before the coordinator's, every node
  * asked at once; an error then aborts the coordinator's transaction.  If it
@@ -15,6 +15,11 @@
  * reached that node are duplicates there.  A transaction that aborts closes
  * its links' connections, which aborts the nodes' transactions.  A server's
  * options or a user mapping changed: the links connect anew once idle.
+ *
+ * A statement's events go to its nodes side by side: each node's COPY is
+ * started without waiting for its answer (the rows routed meanwhile wait
+ * in the link's buffer), and at the statement's end every COPY is ended
+ * before any result is waited for, so no node waits on another.
  *
  *-------------------------------------------------------------------------
  */
@@ -85,22 +90,57 @@ LinkDrain(Link *link, TimestampTz end)
 }
 
 /*
+ * LinkSendQuiet sends a statement on a link after the statements it owes,
+ * without raising an error: false if it could not.
+ */
+static bool
+LinkSendQuiet(Link *link, const char *sql)
+{
+	bool		sent;
+
+	if (link->owed.len > 0)
+	{
+		appendStringInfoString(&link->owed, sql);
+		sql = link->owed.data;
+	}
+	sent = PQsendQuery(link->conn, sql) == 1;
+	resetStringInfo(&link->owed);
+	link->open = true;
+	return sent;
+}
+
+/*
  * LinkQuiet fails what a link was doing for a failed statement, then runs
  * sql there, without raising an error, and tells whether it succeeded
- * within LINK_QUIET_MS.
+ * within LINK_QUIET_MS.  A COPY the node has not started yet is failed by
+ * LinkDrain once it has.
  */
 static bool
 LinkQuiet(Link *link, const char *sql)
 {
 	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LINK_QUIET_MS);
 
-	if (link->copying && PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
+	if (link->copying && !link->starting &&
+		PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
 		return false;
-	link->copying = false;
+	link->copying = link->starting = link->ending = false;
 	resetStringInfo(&link->buf);
-	if (LinkDrain(link, end) < 0 || !PQsendQuery(link->conn, sql))
+	if (LinkDrain(link, end) < 0 || !LinkSendQuiet(link, sql))
 		return false;
 	return LinkDrain(link, end) == 1;
+}
+
+/*
+ * LinkIdle forgets the transaction a link followed.
+ */
+static void
+LinkIdle(Link *link)
+{
+	link->depth = 0;
+	link->open = false;
+	link->copying = link->starting = link->ending = false;
+	resetStringInfo(&link->owed);
+	resetStringInfo(&link->buf);
 }
 
 /*
@@ -111,9 +151,7 @@ LinkClose(Link *link)
 {
 	PQfinish(link->conn);
 	link->conn = NULL;
-	link->depth = 0;
-	link->copying = false;
-	resetStringInfo(&link->buf);
+	LinkIdle(link);
 }
 
 /*
@@ -129,27 +167,54 @@ LinkLost(Link *link)
 }
 
 /*
+ * LinkSend sends a statement on a link after the statements it owes.
+ */
+static void
+LinkSend(Link *link, const char *sql)
+{
+	LinkEndCopy(link);
+	if (!LinkSendQuiet(link, sql))
+		LinkLost(link);
+}
+
+/*
  * LinkStart sends a statement on a link, a COPY's for one, and waits until
  * the node has started it.
  */
 void
 LinkStart(Link *link, const char *sql)
 {
-	LinkEndCopy(link);
-	if (!PQsendQuery(link->conn, sql))
-		LinkLost(link);
+	LinkSend(link, sql);
 	PQclear(NodeWait(link->conn, link->servername));
 }
 
 /*
- * LinkPut sends the COPY data gathered, waiting on the latch while the
- * node cannot take more.
+ * LinkStartCopy sends the statement of a COPY into the node, and does not
+ * wait for the node to start it: LinkPut does, before the first data.
+ */
+void
+LinkStartCopy(Link *link, const char *sql)
+{
+	LinkSend(link, sql);
+	if (PQflush(link->conn) < 0)
+		LinkLost(link);
+	link->copying = link->starting = true;
+}
+
+/*
+ * LinkPut sends the COPY data gathered, once the node started the COPY,
+ * waiting on the latch while the node cannot take more.
  */
 void
 LinkPut(Link *link)
 {
 	int			rc;
 
+	if (link->starting)
+	{
+		link->starting = false;
+		PQclear(NodeWait(link->conn, link->servername));
+	}
 	if (link->buf.len > 0 && PQputCopyData(link->conn, link->buf.data, link->buf.len) != 1)
 		LinkLost(link);
 	resetStringInfo(&link->buf);
@@ -165,15 +230,13 @@ LinkPut(Link *link)
 }
 
 /*
- * LinkEndCopy ends the COPY open on a link, and raises the node's error
- * if it refused the events.
+ * LinkSendCopyEnd sends the rest of the COPY open on a link and its end.
  */
-void
-LinkEndCopy(Link *link)
+static void
+LinkSendCopyEnd(Link *link)
 {
 	static const int16 trailer = -1;
 	int16		t = pg_hton16(trailer);
-	PGresult   *res;
 
 	if (!link->copying)
 		return;
@@ -182,8 +245,57 @@ LinkEndCopy(Link *link)
 	link->copying = false;
 	if (PQputCopyEnd(link->conn, NULL) != 1)
 		LinkLost(link);
-	res = NodeWait(link->conn, link->servername);
-	PQclear(res);
+	link->ending = true;
+}
+
+/*
+ * LinkEnded waits for the result of a COPY ended on a link, and raises the
+ * node's error if it refused the events.
+ */
+static void
+LinkEnded(Link *link)
+{
+	if (!link->ending)
+		return;
+	link->ending = false;
+	PQclear(NodeWait(link->conn, link->servername));
+}
+
+/*
+ * LinkEndCopy ends the COPY open on a link, and raises the node's error
+ * if it refused the events.
+ */
+void
+LinkEndCopy(Link *link)
+{
+	LinkSendCopyEnd(link);
+	LinkEnded(link);
+}
+
+/*
+ * LinkEndCopies ends the COPYs open on every link: each node is sent its
+ * end before the first result is waited for.
+ */
+void
+LinkEndCopies(void)
+{
+	HASH_SEQ_STATUS seq;
+	Link	   *link;
+	Link	  **busy;
+	int			n = 0;
+
+	if (links == NULL)
+		return;
+	busy = palloc(sizeof(Link *) * hash_get_num_entries(links));
+	hash_seq_init(&seq, links);
+	while ((link = hash_seq_search(&seq)) != NULL)
+		if (link->conn != NULL && (link->copying || link->ending))
+			busy[n++] = link;
+	for (int i = 0; i < n; i++)
+		LinkSendCopyEnd(busy[i]);
+	for (int i = 0; i < n; i++)
+		LinkEnded(busy[i]);
+	pfree(busy);
 }
 
 /*
@@ -192,7 +304,8 @@ LinkEndCopy(Link *link)
 void
 LinkRun(Link *link, const char *sql)
 {
-	PQclear(NodeRun(link->conn, link->servername, sql, 0, NULL));
+	LinkSend(link, sql);
+	PQclear(NodeWait(link->conn, link->servername));
 }
 
 /*
@@ -207,14 +320,18 @@ LinkXactCallback(XactEvent event, void *arg)
 	Link	   *link;
 	bool		commit = event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT;
 
+	if (commit)
+		LinkEndCopies();
 	hash_seq_init(&seq, links);
 	while ((link = hash_seq_search(&seq)) != NULL)
 	{
 		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 		{
 			link->doomed = false;
-			if (link->conn != NULL && link->depth > 0)
+			if (link->conn != NULL && link->open)
 				LinkClose(link);
+			else
+				LinkIdle(link);
 			continue;
 		}
 		if (link->doomed && (commit || event == XACT_EVENT_PRE_PREPARE))
@@ -227,6 +344,12 @@ LinkXactCallback(XactEvent event, void *arg)
 		}
 		if (link->conn == NULL || link->depth == 0)
 			continue;
+		if (!link->open)
+		{
+			/* nothing was sent: the node has no transaction to end */
+			LinkIdle(link);
+			continue;
+		}
 		if (event == XACT_EVENT_PRE_PREPARE)
 		{
 			hash_seq_term(&seq);
@@ -237,8 +360,7 @@ LinkXactCallback(XactEvent event, void *arg)
 		}
 		if (commit)
 		{
-			LinkEndCopy(link);
-			if (!PQsendQuery(link->conn, "COMMIT"))
+			if (!LinkSendQuiet(link, "COMMIT"))
 			{
 				hash_seq_term(&seq);
 				LinkLost(link);
@@ -253,7 +375,7 @@ LinkXactCallback(XactEvent event, void *arg)
 	{
 		if (link->conn == NULL || link->depth == 0)
 			continue;
-		link->depth = 0;
+		LinkIdle(link);
 		PQclear(NodeWait(link->conn, link->servername));
 	}
 }
@@ -280,7 +402,7 @@ LinkSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 		if (event == SUBXACT_EVENT_PRE_COMMIT_SUB)
 		{
 			LinkEndCopy(link);
-			LinkRun(link, psprintf("RELEASE SAVEPOINT s%d", level));
+			appendStringInfo(&link->owed, "RELEASE SAVEPOINT s%d; ", level);
 		}
 		else if (!LinkQuiet(link, psprintf("ROLLBACK TO SAVEPOINT s%d; RELEASE SAVEPOINT s%d", level, level)))
 		{
@@ -336,12 +458,12 @@ LinkGet(Oid owner, const char *servername)
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 		link->conn = NULL;
-		link->depth = 0;
-		link->copying = false;
 		link->copy_sql = NULL;
 		link->doomed = false;
 		link->stale = false;
 		initStringInfo(&link->buf);
+		initStringInfo(&link->owed);
+		LinkIdle(link);
 		MemoryContextSwitchTo(old);
 	}
 	strlcpy(link->servername, servername, NAMEDATALEN);
@@ -365,14 +487,17 @@ LinkGet(Oid owner, const char *servername)
 	}
 	if (link->depth == 0)
 	{
-		LinkRun(link, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+		appendStringInfoString(&link->owed, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ; ");
 		link->depth = 1;
 	}
 	while (link->depth < level)
 	{
+		/*
+		 * the rows from here on go after the savepoint, in a COPY of their
+		 * own
+		 */
 		LinkEndCopy(link);
-		LinkRun(link, psprintf("SAVEPOINT s%d", link->depth + 1));
-		link->depth++;
+		appendStringInfo(&link->owed, "SAVEPOINT s%d; ", ++link->depth);
 	}
 	return link;
 }

@@ -16,7 +16,10 @@
 /*
  * A connection to a node as a pipeline's owner, kept across transactions.
  * depth is the producer's transaction level its own transaction follows: 0
- * none, 1 the top, n with the savepoints s2 .. sn.
+ * none, 1 the top, n with the savepoints s2 .. sn.  The statements that
+ * start the node's transaction and its savepoints are owed until the next
+ * one is sent, and go with it: a statement that sends events pays one
+ * round trip, not three.
  */
 typedef struct Link
 {
@@ -25,7 +28,11 @@ typedef struct Link
 	PGconn	   *conn;
 	char		servername[NAMEDATALEN];
 	int			depth;
+	bool		open;			/* the node's transaction was started */
+	StringInfoData owed;		/* statements to send before the next */
 	bool		copying;		/* a COPY into the node's queue is open */
+	bool		starting;		/* ... and the node has not answered yet */
+	bool		ending;			/* a COPY was ended; its result is due */
 	char	   *copy_sql;		/* its statement, in TopMemoryContext */
 	bool		doomed;			/* events of this transaction were lost */
 	bool		stale;			/* server or mapping changed: reconnect */
@@ -36,7 +43,9 @@ extern Link *LinkGet(Oid owner, const char *servername);
 extern void LinkRun(Link *link, const char *sql);
 extern void LinkPut(Link *link);
 extern void LinkEndCopy(Link *link);
+extern void LinkEndCopies(void);
 extern void LinkStart(Link *link, const char *sql);
+extern void LinkStartCopy(Link *link, const char *sql);
 extern void LinkLost(Link *link) pg_attribute_noreturn();
 
 #endif							/* EXACTONCE_LINK_H */

@@ -164,6 +164,37 @@ like($coord->safe_psql($db, q{SELECT state || ' ' || msg FROM caught}),
 	qr/^23502 on server "node[12]": .*null value in column "risk_type"/,
 	'a row a node refuses fails the statement with the node\'s error, naming the node');
 
+# savepoints taken before a transaction's first event reach the nodes with
+# it: a released one keeps its events, one rolled back takes them back,
+# also from a node that had not been sent anything before it
+$round = ExactonceTest::events_sql(30601, 30700);
+$coord->safe_psql(
+	$db, qq{
+BEGIN;
+SAVEPOINT a;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $round;
+RELEASE a;
+SAVEPOINT b;
+SAVEPOINT c;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
+	SELECT key, version + 1000000, value + 1, risk_type, region, trade_desk, deleted FROM ($round) e;
+RELEASE c;
+ROLLBACK TO b;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+	SELECT 'late' || i, 1, 1, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 10) i;
+ROLLBACK TO b;
+INSERT INTO truth $round;
+INSERT INTO sent VALUES (100);
+COMMIT});
+is( join('',
+		map {
+			$_->safe_psql($db,
+				"SELECT (SELECT count(*) FROM trades.ingest WHERE key LIKE 'late%' OR version > 1000000)
+				      + (SELECT count(*) FROM trades.state WHERE key LIKE 'late%' OR version > 1000000)")
+		} @nodes[ 0, 1 ]),
+	'00',
+	'the events of savepoints rolled back are on no node');
+
 # a transaction that sent events cannot be prepared: the nodes commit with
 # the coordinator's own commit, which a prepared transaction would defer;
 # the events are rolled back on the nodes with it
