@@ -33,7 +33,9 @@
 #
 # SECTIONS picks some ("scale dist"); ROUNDS=N repeats the defaults and
 # the latency runs and reports medians; M_EVENTS=0 leaves out 1M/s; PERF=1 adds a flame graph of the 1-
-# and the 16-shard drain where perf is on PATH (or packed beside the
+# and the 16-shard drain, and the stacks of every process for 1.5 s of the
+# 4-node runs of dist, through the coordinator and direct (perf-dist-*.txt.xz,
+# with ps-dist-*.txt to tell the processes apart), where perf is on PATH (or packed beside the
 # bundle as perf.tar.xz: perf/perf, and the libraries it needs in
 # pglibs/).  Everything goes to stdout and to $OUT/device.txt; the last
 # lines are the ratios beside their targets.
@@ -269,10 +271,21 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 		drained d "$EVENTS" "${nodes[@]}"
 	}
 	nodes() { local i s=""; for i in $(seq 1 "$1"); do s="$s${s:+, }'node$i'"; done; echo "ARRAY[$s]::name[]"; }
+	# dist_profile NAME: with PERF=1, 1.5 s of every process's stacks a
+	# second into a run, and which cluster and role each process had
+	dist_profile() {
+		[ -n "${PERF:-}" ] && command -v perf >/dev/null || return 0
+		( sleep 1; ps -eo pid,ppid,args >"$O/ps-$1.txt"
+		  perf record -a -g -F 999 -o "$W/perf-$1.data" -- sleep 1.5 >/dev/null 2>&1
+		  perf script -i "$W/perf-$1.data" 2>/dev/null | xz -1 >"$O/perf-$1.txt.xz" ) &
+		PROFILERS+=($!)
+	}
+	PROFILERS=()
 	declare -A DIST
 	for n in 1 2 4; do
 		qc -c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes $n))" >/dev/null
 		t0=$(t)
+		[ "$n" = 4 ] && dist_profile dist-coordinator
 		sessions d.ingest "$W/coord" 5440 "$W"/chunk.*
 		tl=$(c "$(t)-$t0")
 		dist_drained $n
@@ -315,6 +328,7 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 		-c "SELECT exactonce.create_distributed_pipeline('d', $DIMS, $(nodes 4))" >/dev/null
 	# hash partition i lives on node i + 1, as the coordinator made them
 	t0=$(t)
+	dist_profile dist-direct
 	pids=()
 	for i in 0 1 2 3; do
 		j=$((i + 1))
@@ -334,6 +348,7 @@ if [[ " $SECTIONS " == *" dist "* ]]; then
 	diff=$(qc -c "$(truth_diff d.aggregates)")
 	[ "$diff" = 0 ] || result "FAIL: d fed directly differs from the truth"
 	DIRECT=$(ci "$EVENTS/$s")
+	[ ${#PROFILERS[@]} -gt 0 ] && wait "${PROFILERS[@]}"
 	echo "  4 nodes fed directly, 2 sessions each: inserted in $tl s, applied in $s s: $DIRECT events/s; cells differing: $diff"
 	result "distributed, 8 sessions COPY chunks of 10,000 through the coordinator: 1 node ${DIST[1]}, 2 nodes ${DIST[2]}, 4 nodes ${DIST[4]} events/s; 4 nodes = $(c "${DIST[4]}/${DIST[1]}")x one node (target 3.2x)"
 	result "distributed, through the coordinator / the four nodes fed directly ($DIRECT events/s): $(c "${DIST[4]}/$DIRECT")x (target 0.9x)"
