@@ -222,6 +222,33 @@ SELECT exactonce.flush('pk') > 0 AS flushed;
 SELECT pg_temp.err($$SELECT exactonce.drop_pipeline('pk')$$);
 SELECT exactonce.move_keys_unpark('pk', 2, 0) AS returned;
 SELECT exactonce.flush('pk') > 0 AS flushed;
+-- settled: once keys (2, 1) have moved away (parked, taken out, the
+-- parking table gone, as move_keys() leaves them), the queue refuses them
+-- with a check instead of the row trigger, so that COPY into it keeps its
+-- batches; a range that did not move is not settled; keys that come back
+-- open the queue again
+SELECT exactonce.move_keys_settle('pk', 2, 1) AS settled_unmoved;
+SELECT exactonce.move_keys_park('pk', 2, 1, 'node2');
+BEGIN;
+CREATE TEMP TABLE out_2_1 AS SELECT * FROM exactonce.move_keys_out('pk', 2, 1, 'node2', 'pk-3');
+COMMIT;
+SELECT exactonce.move_keys_settle('pk', 2, 1) AS settled_while_parking;
+DROP TABLE pk.moving_2_1;
+SELECT exactonce.move_keys_settle('pk', 2, 1) AS settled, exactonce.move_keys_settle('pk', 2, 1) AS again;
+SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pk.ingest'::regclass AND tgname LIKE 'exactonce_moved%') AS triggers,
+	(SELECT pg_get_constraintdef(oid) FROM pg_constraint
+	 WHERE conrelid = 'pk.ingest'::regclass AND conname = 'exactonce_moved_2_1') AS refused_by;
+SELECT pg_temp.err($$INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9000, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 1 ORDER BY key LIMIT 1$$);
+INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9000, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0;
+SELECT pg_temp.err($$SELECT exactonce.move_keys_park('pk', 2, 1, 'node2')$$);
+SELECT pg_temp.err($$SELECT exactonce.key_stays('k', 0, 0, 'x')$$);
+SELECT exactonce.move_keys_in('pk', 2, 1, 'node2', 'pk-4', state, seen, dead_letters, horizon) > 0 AS came_back FROM out_2_1;
+SELECT count(*) AS refusing_checks FROM pg_constraint WHERE conrelid = 'pk.ingest'::regclass AND conname LIKE 'exactonce_moved%';
+INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9000, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 1 ORDER BY key LIMIT 1;
+SELECT exactonce.flush('pk') > 0 AS flushed;
 SELECT exactonce.drop_pipeline('pk');
 DROP TABLE pk_sent;
 

@@ -148,6 +148,9 @@ SELECT reloptions FROM pg_class WHERE oid = 'dc.distincts'::regclass;
 -- 1.13: a move parks the range's events on the old node
 SELECT 'exactonce.move_keys_park(text,integer,integer,text)'::regprocedure,
 	'exactonce.move_keys_unpark(text,integer,integer)'::regprocedure;
+-- 1.14: a node refuses the keys it gave away with a check once the move is done
+SELECT 'exactonce.key_stays(text,integer,integer,text)'::regprocedure,
+	'exactonce.move_keys_settle(text,integer,integer)'::regprocedure;
 SELECT exactonce.drop_pipeline('dc');
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid

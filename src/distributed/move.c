@@ -61,6 +61,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -92,9 +93,12 @@
 #include "engine/queue.h"
 #include "engine/reduce.h"
 #include "engine/state.h"
+#include "utils/subxact.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
 PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
+PG_FUNCTION_INFO_V1(exactonce_key_stays);
+PG_FUNCTION_INFO_V1(exactonce_move_keys_settle);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_park);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_unpark);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_out);
@@ -119,7 +123,8 @@ MoveInit(void)
 							NULL, NULL, NULL);
 }
 
-#define MOVED_TRIGGER	"exactonce_moved_%d_%d"
+/* the trigger, then the check, of a node's queue that refuses a range */
+#define MOVED_NAME		"exactonce_moved_%d_%d"
 
 /*
  * KeyBucket returns the hash remainder of a key for a modulus, as the hash
@@ -180,6 +185,20 @@ exactonce_key_bucket(PG_FUNCTION_ARGS)
 }
 
 /*
+ * RefuseMovedKey raises the error of an event of a key that moved away.
+ */
+static void
+RefuseMovedKey(Datum key, int32 modulus, int32 remainder, const char *server)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
+			 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), server),
+			 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
+					   modulus, remainder),
+			 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
+}
+
+/*
  * exactonce_refuse_moved_key is the trigger on a node's queue that refuses
  * the keys of a range moved away, and parks them while they move (park.c):
  * arguments modulus, remainder, server.
@@ -217,12 +236,26 @@ exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
 	/* while the keys move, the new node is to apply their events */
 	if (ParkRow(trigdata->tg_relation, trigdata->tg_trigtuple, modulus, remainder))
 		return PointerGetDatum(NULL);
-	ereport(ERROR,
-			(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
-			 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), trigger->tgargs[2]),
-			 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
-					   modulus, remainder),
-			 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
+	RefuseMovedKey(key, modulus, remainder, trigger->tgargs[2]);
+	pg_unreachable();
+}
+
+/*
+ * exactonce_key_stays is the check of a node's queue that refuses the keys
+ * of a range once they have moved away (key, modulus, remainder, server):
+ * true for a key of another range.  A check, unlike a row trigger, leaves
+ * COPY into the queue its batches.
+ */
+Datum
+exactonce_key_stays(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+
+	CheckRange(modulus, remainder);
+	if (KeyBucket(PG_GETARG_DATUM(0), modulus) != remainder)
+		PG_RETURN_BOOL(true);
+	RefuseMovedKey(PG_GETARG_DATUM(0), modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
 	pg_unreachable();
 }
 
@@ -644,7 +677,7 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs, uint32 tables)
 static void
 CloseQueue(Pipeline *p, int32 modulus, int32 remainder, const char *target)
 {
-	const char *trigger = psprintf(MOVED_TRIGGER, modulus, remainder);
+	const char *trigger = psprintf(MOVED_NAME, modulus, remainder);
 
 	if (SPI_execute(psprintf("CREATE TRIGGER %1$s BEFORE INSERT ON %2$s.ingest FOR EACH ROW"
 							 " EXECUTE FUNCTION exactonce.refuse_moved_key('%3$d', '%4$d', %5$s);\n"
@@ -659,13 +692,34 @@ CloseQueue(Pipeline *p, int32 modulus, int32 remainder, const char *target)
 
 /*
  * MovedAway tells whether the range's keys have left the pipeline's node:
- * its queue refuses them, and parks none.
+ * its queue refuses them (its trigger or, once the move is settled, its
+ * check), and parks none.
  */
 static bool
 MovedAway(Pipeline *p, int32 modulus, int32 remainder, bool *closed)
 {
-	*closed = OidIsValid(get_trigger_oid(p->ingest, psprintf(MOVED_TRIGGER, modulus, remainder), true));
+	const char *name = psprintf(MOVED_NAME, modulus, remainder);
+
+	*closed = OidIsValid(get_trigger_oid(p->ingest, name, true)) ||
+		OidIsValid(get_relation_constraint_oid(p->ingest, name, true));
 	return *closed && !OidIsValid(ParkTable(p->nspid, modulus, remainder));
+}
+
+/*
+ * OpenQueue drops what refuses a range of keys in the pipeline's queue:
+ * its trigger, its check, or both.
+ */
+static void
+OpenQueue(Pipeline *p, const char *name)
+{
+	if (OidIsValid(get_trigger_oid(p->ingest, name, true)) &&
+		SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(name), quote_identifier(p->name)),
+					false, 0) < 0)
+		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
+	if (OidIsValid(get_relation_constraint_oid(p->ingest, name, true)) &&
+		SPI_execute(psprintf("ALTER TABLE %s.ingest DROP CONSTRAINT %s", quote_identifier(p->name), quote_identifier(name)),
+					false, 0) < 0)
+		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
 }
 
 /*
@@ -699,6 +753,89 @@ exactonce_move_keys_park(PG_FUNCTION_ARGS)
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* A range's trigger to be settled into a check (exactonce_move_keys_settle). */
+typedef struct Settle
+{
+	Pipeline   *p;
+	const char *name;
+	int32		modulus;
+	int32		remainder;
+	const char *server;
+} Settle;
+
+/*
+ * SettleQueue puts the check of a range in place of its trigger, waiting at
+ * most 100 ms for the queue's lock.
+ */
+static void
+SettleQueue(void *arg)
+{
+	Settle	   *st = arg;
+	const char *s = quote_identifier(st->p->name);
+	const char *name = quote_identifier(st->name);
+	int			gucs = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", "100", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_execute(psprintf("DROP TRIGGER %1$s ON %2$s.ingest;"
+							 " ALTER TABLE %2$s.ingest ADD CONSTRAINT %1$s"
+							 " CHECK (exactonce.key_stays(key, %3$d, %4$d, %5$s)) NOT VALID;"
+							 " COMMENT ON CONSTRAINT %1$s ON %2$s.ingest IS %6$s",
+							 name, s, st->modulus, st->remainder, quote_literal_cstr(st->server),
+							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
+														 st->modulus, st->remainder, st->server))),
+					false, 0) < 0)
+		elog(ERROR, "could not settle the move of keys (%d, %d) of pipeline \"%s\"", st->modulus, st->remainder,
+			 st->p->name);
+	AtEOXact_GUC(true, gucs);
+}
+
+static bool
+LockTimedOut(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+}
+
+/*
+ * exactonce_move_keys_settle, on the node a range of keys has left, puts a
+ * check in place of the queue's trigger of the range once the move is
+ * done: both refuse the keys, but a row trigger makes each COPY into the
+ * queue insert row by row.  It waits for the queue's lock at most 100 ms
+ * (move_keys() calls it while it holds the coordinator's producers) and
+ * returns whether the queue has the check now.
+ */
+Datum
+exactonce_move_keys_settle(PG_FUNCTION_ARGS)
+{
+	int32		modulus = PG_GETARG_INT32(1);
+	int32		remainder = PG_GETARG_INT32(2);
+	Settle		st = {0};
+	int			nestlevel;
+	bool		closed;
+	bool		settled = false;
+
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	st.p = LoadMovable(fcinfo, 3, SHAPE_INGEST);
+	st.name = psprintf(MOVED_NAME, modulus, remainder);
+	st.modulus = modulus;
+	st.remainder = remainder;
+	PipelineActAsOwner(st.p);
+	if (MovedAway(st.p, modulus, remainder, &closed))
+	{
+		Relation	rel = table_open(st.p->ingest, AccessShareLock);
+
+		for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
+			if (strcmp(rel->trigdesc->triggers[i].tgname, st.name) == 0 && rel->trigdesc->triggers[i].tgnargs == 3)
+				st.server = pstrdup(rel->trigdesc->triggers[i].tgargs[2]);
+		table_close(rel, AccessShareLock);
+		settled = st.server == NULL || SubxactRun(SettleQueue, &st, LockTimedOut) == NULL;
+	}
+	PipelineActAsCaller(st.p);
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	PG_RETURN_BOOL(settled);
 }
 
 /*
@@ -762,10 +899,8 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 				 errdetail("Their parked events belong to the node they moved to."),
 				 errhint("Call exactonce.move_keys() at the coordinator again: it sends them there.")));
 	(void) MovedAway(p, modulus, remainder, &closed);
-	if (closed &&
-		SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(psprintf(MOVED_TRIGGER, modulus, remainder)),
-							 quote_identifier(p->name)), false, 0) < 0)
-		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
+	if (closed)
+		OpenQueue(p, psprintf(MOVED_NAME, modulus, remainder));
 	parked = ParkReturn(p, modulus, remainder);
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
@@ -778,7 +913,7 @@ typedef struct Range
 {
 	int32		modulus;
 	int32		remainder;
-}			Range;
+} Range;
 
 /*
  * InRange tells whether a key is of the range arg: a QueueKeyFilter.
@@ -896,21 +1031,24 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 }
 
 /*
- * DropMovedTrigger opens a node's queue again to a range of keys that comes
- * back to it; a range that overlaps one moved away without being it is
- * refused.
+ * OpenQueueToRange opens a node's queue again to a range of keys that comes
+ * back to it (its trigger or check, found by name); a range that overlaps
+ * one moved away without being it is refused.
  */
 static void
-DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
+OpenQueueToRange(Pipeline *p, int32 modulus, int32 remainder)
 {
 	Oid			types[1] = {OIDOID};
 	Datum		values[1] = {ObjectIdGetDatum(p->ingest)};
 
 	if (SPI_execute_with_args("SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger"
 							  " WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND tgparentid OPERATOR(pg_catalog.=) 0"
-							  " AND tgname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'",
+							  " AND tgname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'"
+							  " UNION SELECT conname::pg_catalog.text FROM pg_catalog.pg_constraint"
+							  " WHERE conrelid OPERATOR(pg_catalog.=) $1 AND contype OPERATOR(pg_catalog.=) 'c'"
+							  " AND conname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'",
 							  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the triggers of pipeline \"%s\"", p->name);
+		elog(ERROR, "could not read the triggers and checks of pipeline \"%s\"", p->name);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
@@ -921,9 +1059,7 @@ DropMovedTrigger(Pipeline *p, int32 modulus, int32 remainder)
 			continue;
 		if (m == modulus && r == remainder)
 		{
-			if (SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(name),
-									 quote_identifier(p->name)), false, 0) < 0)
-				elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys moved", p->name);
+			OpenQueue(p, name);
 			return;
 		}
 		if (Overlap(m, r, modulus, remainder))
@@ -964,7 +1100,7 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
-	DropMovedTrigger(p, modulus, remainder);
+	OpenQueueToRange(p, modulus, remainder);
 	if (state != NULL)
 		keys = PutRows(p, "state", state, modulus, remainder, moved,
 					   p->mode == PIPELINE_LATEST ? KeyColumns(p) : NULL);
@@ -1284,6 +1420,31 @@ MoveParked(Move *mv)
 }
 
 /*
+ * MoveSettle has the first node refuse the range with a check instead of
+ * its trigger, which keeps COPY into its queue batched.  Where its queue
+ * is busy, or its version is before 1.14, the trigger stays (it refuses
+ * them as well); exactonce.move_keys_settle() there settles it later.
+ */
+static void
+MoveSettle(Move *mv)
+{
+	const char *params[3] = {mv->name, psprintf("%d", mv->modulus), psprintf("%d", mv->remainder)};
+	char	   *settled;
+
+	if (MoveRun(mv, 0, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NULL",
+				0, NULL)[0] == 't')
+		return;
+	settled = MoveRun(mv, 0, "SELECT exactonce.move_keys_settle($1, $2::integer, $3::integer)", 3, params);
+	if (settled == NULL || strcmp(settled, "t") != 0)
+		ereport(LOG,
+				(errmsg("server \"%s\" refuses the keys (%d, %d) of pipeline \"%s\" with a trigger, its queue being busy",
+						mv->servers[0], mv->modulus, mv->remainder, mv->name),
+				 errdetail("A row trigger makes each COPY into that queue insert row by row."),
+				 errhint("Call exactonce.move_keys_settle('%s', %d, %d) on that node.", mv->name, mv->modulus,
+						 mv->remainder)));
+}
+
+/*
  * MoveNodes readies the range's keys to move between the nodes and returns
  * how many: the first node parks their events from now on (park.c), what
  * it queued before is applied, and both nodes prepare their halves.
@@ -1427,6 +1588,7 @@ MoveSwitch(Move *mv, Distributed *d, Partition *part, bool new_node)
 		mv->stands = true;
 	}
 	MoveParked(mv);
+	MoveSettle(mv);
 }
 
 /*

@@ -53,6 +53,7 @@
 #include "engine/reduce.h"
 #include "engine/state.h"
 #include "utils/fault.h"
+#include "utils/subxact.h"
 
 /* exactonce.batch_size and exactonce.batch_memory (kB) */
 static int	exactonce_batch_size = 100000;
@@ -214,41 +215,6 @@ Retryable(int sqlerrcode)
 	return !MustPropagate(sqlerrcode);
 }
 
-/*
- * RunInSubxact runs fn(arg) in a subtransaction.  It returns NULL on success,
- * or an error that caught(sqlerrcode) accepts, with the subtransaction
- * rolled back; other errors are re-thrown and end the transaction.
- */
-static ErrorData *
-RunInSubxact(void (*fn) (void *), void *arg, bool (*caught) (int sqlerrcode))
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile err = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		err = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-
-	if (err && !caught(err->sqlerrcode))
-		ReThrowError(err);
-	return err;
-}
-
 /* A batch on its way through state and map. */
 typedef struct BatchWork
 {
@@ -260,7 +226,7 @@ typedef struct BatchWork
 } BatchWork;
 
 /*
- * DrainStateAndMap runs stages 1 and 2 on a batch (RunInSubxact callback).
+ * DrainStateAndMap runs stages 1 and 2 on a batch (SubxactRun callback).
  */
 static void
 DrainStateAndMap(void *arg)
@@ -302,7 +268,7 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 
 	for (;;)
 	{
-		ErrorData  *err = RunInSubxact(DrainStateAndMap, &b, Retryable);
+		ErrorData  *err = SubxactRun(DrainStateAndMap, &b, Retryable);
 
 		if (err == NULL)
 		{
@@ -337,7 +303,7 @@ ProcessBatch(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *cou
 }
 
 /*
- * DrainReduce runs stage 3 on all staged batches (RunInSubxact callback).
+ * DrainReduce runs stage 3 on all staged batches (SubxactRun callback).
  */
 static void
 DrainReduce(void *arg)
@@ -353,7 +319,7 @@ DrainReduceWithRetry(Pipeline *p)
 {
 	for (int attempt = 1;; attempt++)
 	{
-		ErrorData  *err = RunInSubxact(DrainReduce, p, Retryable);
+		ErrorData  *err = SubxactRun(DrainReduce, p, Retryable);
 
 		if (err == NULL)
 			return;
@@ -373,7 +339,7 @@ typedef struct DrainProgressRow
 } DrainProgressRow;
 
 /*
- * DrainLockProgress locks and reads the progress row (RunInSubxact callback).
+ * DrainLockProgress locks and reads the progress row (SubxactRun callback).
  */
 static void
 DrainLockProgress(void *arg)
@@ -406,7 +372,7 @@ DrainLockProgressPatiently(Pipeline *p, int64 *rotation, int64 *drain_rotation, 
 {
 	DrainProgressRow row = {p, 0, 0, false};
 
-	if (RunInSubxact(DrainLockProgress, &row, IsLockTimeout) != NULL)
+	if (SubxactRun(DrainLockProgress, &row, IsLockTimeout) != NULL)
 		ProgressHeld(p);
 	*rotation = row.rotation;
 	*drain_rotation = row.drain_rotation;

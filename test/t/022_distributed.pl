@@ -312,7 +312,34 @@ WHERE i.inhparent = 'trades.ingest'::regclass AND s.srvname = 'exactonce_forward
 	  . 'FOR VALUES WITH (modulus 8, remainder 6) node2; FOR VALUES WITH (modulus 8, remainder 7) node1',
 	'the coordinator\'s ingest routes each range to its node');
 
-# a node refuses the keys it gave away
+# a node refuses the keys it gave away: once the move is done, with a
+# check on its queue, where the row trigger that parked them during the
+# move would make COPY insert row by row.  The switch waits at most 100 ms
+# for a node's queue to put the check in; where that was too short, the
+# coordinator logged it and move_keys_settle() there puts it in.
+my $coord_log = slurp_file($coord->logfile);
+my %gave = (0 => [ '4_2' ], 1 => [ '4_3', '8_2' ], 2 => [ '8_7' ]);
+for my $i (sort keys %gave)
+{
+	my $refusers = sub {
+		$nodes[$i]->safe_psql(
+			$db, q{
+SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'trades.ingest'::regclass AND tgname LIKE 'exactonce_moved%')
+	|| ' ' || (SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint
+	WHERE conrelid = 'trades.ingest'::regclass AND conname LIKE 'exactonce_moved%')});
+	};
+	for my $range (@{ $gave{$i} })
+	{
+		my ($m, $r) = split /_/, $range;
+		next if $refusers->() =~ /exactonce_moved_$range/;
+		like($coord_log, qr/server "node@{[$i + 1]}" refuses the keys \($m, $r\) of pipeline "trades" with a trigger/,
+			"node@{[$i + 1]}'s queue was busy at the switch of ($m, $r): the coordinator says so");
+		$nodes[$i]->safe_psql($db, "SELECT exactonce.move_keys_settle('trades', $m, $r)");
+	}
+	is($refusers->(), '0 ' . join(',', map { "exactonce_moved_$_" } @{ $gave{$i} }),
+		"node@{[$i + 1]} refuses the ranges it gave away with checks, and has no trigger of them");
+}
+
 ($rc, $out, $err) = $nodes[0]->psql($db,
 	"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
 	 SELECT 'k' || i, 1, 0, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 100) i
