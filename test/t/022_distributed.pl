@@ -183,6 +183,11 @@ ROLLBACK TO b;
 INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
 	SELECT 'late' || i, 1, 1, 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 10) i;
 ROLLBACK TO b;
+DO \$\$ BEGIN
+	INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk)
+		SELECT 'late' || i, 1, 1 / (50 - i), 'Delta', 'AMER', 'FXSpot' FROM generate_series(1, 100) i;
+EXCEPTION WHEN division_by_zero THEN NULL;
+END \$\$;
 INSERT INTO truth $round;
 INSERT INTO sent VALUES (100);
 COMMIT});
@@ -193,7 +198,7 @@ is( join('',
 				      + (SELECT count(*) FROM trades.state WHERE key LIKE 'late%' OR version > 1000000)")
 		} @nodes[ 0, 1 ]),
 	'00',
-	'the events of savepoints rolled back are on no node');
+	'the events of savepoints rolled back are on no node, nor those of a statement that failed at the coordinator');
 
 # a transaction that sent events cannot be prepared: the nodes commit with
 # the coordinator's own commit, which a prepared transaction would defer;
