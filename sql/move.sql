@@ -249,6 +249,29 @@ SELECT count(*) AS refusing_checks FROM pg_constraint WHERE conrelid = 'pk.inges
 INSERT INTO pk.ingest (key, version, value, desk)
 	SELECT key, 9000, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 1 ORDER BY key LIMIT 1;
 SELECT exactonce.flush('pk') > 0 AS flushed;
+-- the INSERT that parks events is kept from one event to the next, and
+-- follows its table: altered, the columns are checked anew; given to
+-- another role, it is refused
+SELECT exactonce.move_keys_park('pk', 2, 0, 'node2');
+INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9100, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 2;
+ALTER TABLE pk.moving_2_0 ALTER COLUMN desk TYPE varchar;
+SELECT regexp_replace(pg_temp.err($$INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9101, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 1$$),
+	'ingest_[01]', 'ingest_N') AS err;
+ALTER TABLE pk.moving_2_0 ALTER COLUMN desk TYPE text;
+CREATE ROLE pk_other;
+ALTER TABLE pk.moving_2_0 OWNER TO pk_other;
+SELECT regexp_replace(pg_temp.err($$INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9102, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 1$$),
+	'ingest_[01]', 'ingest_N') AS err;
+ALTER TABLE pk.moving_2_0 OWNER TO CURRENT_USER;
+DROP ROLE pk_other;
+INSERT INTO pk.ingest (key, version, value, desk)
+	SELECT key, 9103, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 1;
+SELECT version, count(*) FROM pk.moving_2_0 GROUP BY version ORDER BY version;
+SELECT exactonce.move_keys_unpark('pk', 2, 0) AS returned;
+SELECT exactonce.flush('pk') > 0 AS flushed;
 SELECT exactonce.drop_pipeline('pk');
 DROP TABLE pk_sent;
 

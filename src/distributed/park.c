@@ -33,7 +33,9 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
@@ -85,6 +87,93 @@ ParkCreate(Pipeline *p, int32 modulus, int32 remainder)
 }
 
 /*
+ * The INSERT that keeps the rows of one queue partition in one table of
+ * parked events, with the queue's column of each of its parameters: kept
+ * for the rows that follow, planned anew once either relation changes.
+ * One is enough: a backend inserts into one partition of one moving range
+ * at a time.
+ */
+typedef struct ParkInsert
+{
+	Oid			queue;
+	Oid			park;
+	SPIPlanPtr	plan;
+	int			n;
+	AttrNumber	from[MaxTupleAttributeNumber];
+	bool		stale;
+} ParkInsert;
+
+static ParkInsert *kept = NULL;
+
+static void
+ParkInvalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == kept->queue || relid == kept->park)
+		kept->stale = true;
+}
+
+/*
+ * ParkPrepare plans the INSERT of queue's rows into park, checking that
+ * the queue has each of the table's columns, of its type.  SPI is
+ * connected.
+ */
+static void
+ParkPrepare(Relation queue, Relation park)
+{
+	TupleDesc	from = RelationGetDescr(queue);
+	TupleDesc	to = RelationGetDescr(park);
+	Oid			types[MaxTupleAttributeNumber];
+	StringInfoData sql;
+	SPIPlanPtr	plan;
+	int			n = 0;
+
+	if (kept == NULL)
+	{
+		kept = MemoryContextAllocZero(TopMemoryContext, sizeof(ParkInsert));
+		CacheRegisterRelcacheCallback(ParkInvalidate, (Datum) 0);
+	}
+	if (kept->plan != NULL)
+		SPI_freeplan(kept->plan);
+	kept->plan = NULL;
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.%s (",
+					 quote_identifier(get_namespace_name(RelationGetNamespace(park))),
+					 quote_identifier(RelationGetRelationName(park)));
+	for (int i = 0; i < to->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(to, i);
+		int			a = SPI_fnumber(from, NameStr(att->attname));
+
+		if (att->attisdropped)
+			continue;
+		if (a <= 0 || TupleDescAttr(from, a - 1)->atttypid != att->atttypid)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("queue \"%s\" has no column \"%s\" of type %s to keep in table \"%s\"",
+							RelationGetRelationName(queue), NameStr(att->attname),
+							format_type_be(att->atttypid), RelationGetRelationName(park)),
+					 errhint("The tables of a pipeline must keep the columns exactonce made.")));
+		types[n] = att->atttypid;
+		kept->from[n] = a;
+		appendStringInfo(&sql, "%s%s", n > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
+		n++;
+	}
+	appendStringInfoString(&sql, ") VALUES (");
+	for (int i = 0; i < n; i++)
+		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+	appendStringInfoChar(&sql, ')');
+	plan = SPI_prepare(sql.data, n, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql.data, SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	kept->plan = plan;
+	kept->n = n;
+	kept->queue = RelationGetRelid(queue);
+	kept->park = RelationGetRelid(park);
+	kept->stale = false;
+}
+
+/*
  * ParkRow keeps row, just inserted into queue (a partition of a node's
  * ingest), in the table of the range's parked events and returns true, or
  * returns false if the range is not being moved.  The row is inserted as
@@ -96,13 +185,8 @@ ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder)
 {
 	Oid			relid = ParkTable(RelationGetNamespace(queue), modulus, remainder);
 	Relation	park;
-	TupleDesc	from = RelationGetDescr(queue);
-	TupleDesc	to;
-	StringInfoData sql;
-	Oid		   *types;
-	Datum	   *values;
-	char	   *nulls;
-	int			n = 0;
+	Datum		values[MaxTupleAttributeNumber];
+	char		nulls[MaxTupleAttributeNumber];
 	Oid			caller;
 	int			caller_sec;
 
@@ -123,49 +207,26 @@ ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder)
 				 errmsg("table \"%s\" is not the owner's of queue \"%s\"",
 						RelationGetRelationName(park), RelationGetRelationName(queue)),
 				 errdetail("The events of keys that move are kept in a table of the queue's owner.")));
-	to = RelationGetDescr(park);
-	types = palloc(sizeof(Oid) * to->natts);
-	values = palloc(sizeof(Datum) * to->natts);
-	nulls = palloc(sizeof(char) * to->natts);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s.%s (",
-					 quote_identifier(get_namespace_name(RelationGetNamespace(park))),
-					 quote_identifier(RelationGetRelationName(park)));
-	for (int i = 0; i < to->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(to, i);
-		int			a = SPI_fnumber(from, NameStr(att->attname));
-		bool		isnull;
-
-		if (att->attisdropped)
-			continue;
-		if (a <= 0 || TupleDescAttr(from, a - 1)->atttypid != att->atttypid)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("queue \"%s\" has no column \"%s\" of type %s to keep in table \"%s\"",
-							RelationGetRelationName(queue), NameStr(att->attname),
-							format_type_be(att->atttypid), RelationGetRelationName(park)),
-					 errhint("The tables of a pipeline must keep the columns exactonce made.")));
-		types[n] = att->atttypid;
-		values[n] = heap_getattr(row, a, from, &isnull);
-		nulls[n] = isnull ? 'n' : ' ';
-		appendStringInfo(&sql, "%s%s", n > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
-		n++;
-	}
-	appendStringInfoString(&sql, ") VALUES (");
-	for (int i = 0; i < n; i++)
-		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
-	appendStringInfoChar(&sql, ')');
-	table_close(park, NoLock);
 
 	GetUserIdAndSecContext(&caller, &caller_sec);
 	SetUserIdAndSecContext(queue->rd_rel->relowner,
 						   caller_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	SPI_connect();
-	if (SPI_execute_with_args(sql.data, n, types, values, nulls, false, 0) != SPI_OK_INSERT)
+	if (kept == NULL || kept->plan == NULL || kept->stale ||
+		kept->queue != RelationGetRelid(queue) || kept->park != relid)
+		ParkPrepare(queue, park);
+	for (int i = 0; i < kept->n; i++)
+	{
+		bool		isnull;
+
+		values[i] = heap_getattr(row, kept->from[i], RelationGetDescr(queue), &isnull);
+		nulls[i] = isnull ? 'n' : ' ';
+	}
+	if (SPI_execute_plan(kept->plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not keep an event of the moving keys in \"%s\"", RelationGetRelationName(queue));
 	SPI_finish();
 	SetUserIdAndSecContext(caller, caller_sec);
+	table_close(park, NoLock);
 	return true;
 }
 
