@@ -167,41 +167,6 @@ LinkLost(Link *link)
 }
 
 /*
- * LinkSend sends a statement on a link after the statements it owes.
- */
-static void
-LinkSend(Link *link, const char *sql)
-{
-	LinkEndCopy(link);
-	if (!LinkSendQuiet(link, sql))
-		LinkLost(link);
-}
-
-/*
- * LinkStart sends a statement on a link, a COPY's for one, and waits until
- * the node has started it.
- */
-void
-LinkStart(Link *link, const char *sql)
-{
-	LinkSend(link, sql);
-	PQclear(NodeWait(link->conn, link->servername));
-}
-
-/*
- * LinkStartCopy sends the statement of a COPY into the node, and does not
- * wait for the node to start it: LinkPut does, before the first data.
- */
-void
-LinkStartCopy(Link *link, const char *sql)
-{
-	LinkSend(link, sql);
-	if (PQflush(link->conn) < 0)
-		LinkLost(link);
-	link->copying = link->starting = true;
-}
-
-/*
  * LinkPut sends the COPY data gathered, once the node started the COPY,
  * waiting on the latch while the node cannot take more.
  */
@@ -265,7 +230,7 @@ LinkEnded(Link *link)
  * LinkEndCopy ends the COPY open on a link, and raises the node's error
  * if it refused the events.
  */
-void
+static void
 LinkEndCopy(Link *link)
 {
 	LinkSendCopyEnd(link);
@@ -299,13 +264,38 @@ LinkEndCopies(void)
 }
 
 /*
- * LinkRun runs a statement on a link's node, raising its error.
+ * LinkSend sends a statement on a link after the statements it owes.
+ */
+static void
+LinkSend(Link *link, const char *sql)
+{
+	LinkEndCopy(link);
+	if (!LinkSendQuiet(link, sql))
+		LinkLost(link);
+}
+
+/*
+ * LinkStart sends a statement on a link, a COPY's for one, and waits until
+ * the node has started it.
  */
 void
-LinkRun(Link *link, const char *sql)
+LinkStart(Link *link, const char *sql)
 {
 	LinkSend(link, sql);
 	PQclear(NodeWait(link->conn, link->servername));
+}
+
+/*
+ * LinkStartCopy sends the statement of a COPY into the node, and does not
+ * wait for the node to start it: LinkPut does, before the first data.
+ */
+void
+LinkStartCopy(Link *link, const char *sql)
+{
+	LinkSend(link, sql);
+	if (PQflush(link->conn) < 0)
+		LinkLost(link);
+	link->copying = link->starting = true;
 }
 
 /*

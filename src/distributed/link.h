@@ -40,9 +40,7 @@ typedef struct Link
 } Link;
 
 extern Link *LinkGet(Oid owner, const char *servername);
-extern void LinkRun(Link *link, const char *sql);
 extern void LinkPut(Link *link);
-extern void LinkEndCopy(Link *link);
 extern void LinkEndCopies(void);
 extern void LinkStart(Link *link, const char *sql);
 extern void LinkStartCopy(Link *link, const char *sql);

@@ -103,19 +103,29 @@ WHERE i.inhparent = 'trades.ingest'::regclass AND o.option_name = 'server'
 	AND pg_get_expr(c.relpartbound, c.oid) = 'FOR VALUES WITH (modulus $m, remainder $r)'});
 }
 
+# start_move(lock timeout, modulus, remainder, server): move_keys() at the
+# coordinator in the background; its output and errors in $mout and $merr
+my ($mout, $merr);
+sub start_move
+{
+	my ($timeout, $m, $r, $server) = @_;
+	($mout, $merr) = ('', '');
+	return IPC::Run::start(
+		[
+			'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $coord->connstr($db),
+			'-c', "SET exactonce.move_lock_timeout = $timeout",
+			'-c', "SELECT exactonce.move_keys('trades', $m, $r, '$server')"
+		],
+		'>', \$mout, '2>', \$merr);
+}
+
 produce(4);
 exact('before any move');
 
 # 1. a move held half way: a prepared transaction on node1 (the new node)
 # holds the pipeline there, so move_keys_in() waits
 $nodes[0]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
-my ($mout, $merr) = ('', '');
-my $move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $coord->connstr($db),
-		'-c', "SET exactonce.move_lock_timeout = 0", '-c', "SELECT exactonce.move_keys('trades', 4, 1, 'node1')"
-	],
-	'>', \$mout, '2>', \$merr);
+my $move = start_move(0, 4, 1, 'node1');
 ok( $nodes[0]->poll_query_until(
 		$db,
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
@@ -157,13 +167,7 @@ exact('after a move held half way');
 my $reader = $coord->background_psql($db);
 $reader->query_safe('BEGIN');
 $reader->query_safe('SELECT count(*) FROM trades.aggregates');
-($mout, $merr) = ('', '');
-$move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET exactonce.move_lock_timeout = '3s'", '-c', "SELECT exactonce.move_keys('trades', 4, 3, 'node1')"
-	],
-	'>', \$mout, '2>', \$merr);
+$move = start_move("'3s'", 4, 3, 'node1');
 ok( $nodes[1]->poll_query_until(
 		$db, "SELECT to_regclass('trades.moving_4_3') IS NOT NULL"),
 	'the move starts: the old node parks');
@@ -186,13 +190,7 @@ exact('after it');
 
 # 3. the new node refuses (its pipeline held past the lock timeout): undone
 $nodes[1]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
-($mout, $merr) = ('', '');
-$move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET exactonce.move_lock_timeout = '3s'", '-c', "SELECT exactonce.move_keys('trades', 4, 0, 'node2')"
-	],
-	'>', \$mout, '2>', \$merr);
+$move = start_move("'3s'", 4, 0, 'node2');
 ok($nodes[0]->poll_query_until($db, "SELECT to_regclass('trades.moving_4_0') IS NOT NULL"),
 	'another move starts');
 produce(1);
@@ -237,13 +235,7 @@ exact('after a move finished by move_keys() again');
 # events parked: the move is cut off, the parked events survive the crash,
 # and move_keys() again makes the move, those events with it
 $nodes[1]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
-($mout, $merr) = ('', '');
-$move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET exactonce.move_lock_timeout = 0", '-c', "SELECT exactonce.move_keys('trades', 8, 0, 'node2')"
-	],
-	'>', \$mout, '2>', \$merr);
+$move = start_move(0, 8, 0, 'node2');
 ok( $nodes[1]->poll_query_until(
 		$db,
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
