@@ -151,6 +151,8 @@ SELECT 'exactonce.move_keys_park(text,integer,integer,text)'::regprocedure,
 -- 1.14: a node refuses the keys it gave away with a check once the move is done
 SELECT 'exactonce.key_stays(text,integer,integer,text)'::regprocedure,
 	'exactonce.move_keys_settle(text,integer,integer)'::regprocedure;
+-- 1.15: a queue's identity hands out 1,000 ingest_ids at a time
+SELECT seqcache FROM pg_sequence WHERE seqrelid = pg_get_serial_sequence('old.ingest', 'ingest_id')::regclass;
 SELECT exactonce.drop_pipeline('dc');
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid

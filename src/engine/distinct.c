@@ -46,6 +46,7 @@
 #include "catalog/statement.h"
 #include "engine/distinct.h"
 #include "utils/keyprobe.h"
+#include "utils/rowbatch.h"
 
 /*
  * DistinctTableCreate makes an empty table of members in the current
@@ -218,6 +219,7 @@ typedef struct DistinctWork
 	IndexScanDesc scan;			/* where the probe cannot tell */
 	TupleTableSlot *found;		/* a row probed */
 	TupleTableSlot *slot;		/* a row written */
+	RowBatch   *inserts;		/* rows new to the table, of one level */
 	AttrNumber	att[4];			/* cell, col, value, n */
 	Datum		names[EXACTONCE_MAX_DISTINCT];	/* the columns, as text */
 } DistinctWork;
@@ -402,9 +404,27 @@ FetchMember(DistinctWork *w, Datum *keys)
 }
 
 /*
+ * IndexMember makes the primary key entry of a new row of table distincts
+ * (a RowBatchIndexFn).
+ */
+static void
+IndexMember(TupleTableSlot *slot, int tag, void *arg)
+{
+	DistinctWork *w = arg;
+	Datum		keys[3];
+	bool		nulls[3];
+
+	for (int i = 0; i < 3; i++)
+		keys[i] = slot_getattr(slot, w->att[i], &nulls[i]);
+	index_insert(w->index, keys, nulls, &slot->tts_tid, w->rel, UNIQUE_CHECK_YES, false,
+				 w->index_info);
+}
+
+/*
  * WriteMember writes a row of table distincts: n contributions of a cell's
- * value, an update of the row found (tid) or an insert; or deletes the row
- * found, where n is 0.
+ * value, an update of the row found (tid) or an insert (with the level's
+ * other new rows, a page at a time); or deletes the row found, where n is
+ * 0.
  */
 static void
 WriteMember(DistinctWork *w, Datum *keys, int64 n, ItemPointer tid)
@@ -418,25 +438,28 @@ WriteMember(DistinctWork *w, Datum *keys, int64 n, ItemPointer tid)
 		simple_table_tuple_delete(w->rel, tid, GetActiveSnapshot());
 		return;
 	}
-	ExecClearTuple(slot);
-	for (int i = 0; i < 3; i++)
-		slot->tts_values[w->att[i] - 1] = keys[i];
-	slot->tts_values[w->att[3] - 1] = Int64GetDatum(n);
-	memset(slot->tts_isnull, false, sizeof(bool) * 4);
-	ExecStoreVirtualTuple(slot);
 	if (tid)
 	{
-		simple_table_tuple_update(w->rel, tid, slot, GetActiveSnapshot(), &update_indexes);
-		if (update_indexes)
-			index_insert(w->index, keys, nulls, &slot->tts_tid, w->rel, UNIQUE_CHECK_NO, true,
-						 w->index_info);
+		ExecClearTuple(slot);
+		memset(slot->tts_isnull, true, sizeof(bool) * slot->tts_tupleDescriptor->natts);
 	}
 	else
+		slot = RowBatchSlot(w->inserts);
+	for (int i = 0; i < 4; i++)
 	{
-		simple_table_tuple_insert(w->rel, slot);
-		index_insert(w->index, keys, nulls, &slot->tts_tid, w->rel, UNIQUE_CHECK_YES, false,
-					 w->index_info);
+		slot->tts_values[w->att[i] - 1] = i < 3 ? keys[i] : Int64GetDatum(n);
+		slot->tts_isnull[w->att[i] - 1] = false;
 	}
+	if (!tid)
+	{
+		RowBatchAdd(w->inserts, 0);
+		return;
+	}
+	ExecStoreVirtualTuple(slot);
+	simple_table_tuple_update(w->rel, tid, slot, GetActiveSnapshot(), &update_indexes);
+	if (update_indexes)
+		index_insert(w->index, keys, nulls, &slot->tts_tid, w->rel, UNIQUE_CHECK_NO, true,
+					 w->index_info);
 }
 
 /*
@@ -464,6 +487,7 @@ ApplyLevel(DistinctWork *w, HTAB *members, HTAB *cells, int level)
 			sorted[n++] = m;
 	qsort_arg(sorted, n, sizeof(Member *), MemberCmp, w);
 	none.total = int64_to_numeric(0);
+	w->inserts = RowBatchBegin(w->rel, IndexMember, w);
 
 	for (int i = 0; i < n; i++)
 	{
@@ -501,6 +525,7 @@ ApplyLevel(DistinctWork *w, HTAB *members, HTAB *cells, int level)
 			if (p->sets[s] != m->mask)
 				MemberAdd(above, p->sets[s], m->dims, m->col, m->value, flip);
 	}
+	RowBatchEnd(w->inserts);
 	pfree(sorted);
 	return above;
 }

@@ -61,6 +61,7 @@
 #include "engine/state.h"
 #include "utils/fault.h"
 #include "utils/keyprobe.h"
+#include "utils/rowbatch.h"
 
 /* A key's current state, read from its state row or set by this batch. */
 typedef struct KeyState
@@ -704,37 +705,42 @@ ApplyAccumulate(StateWork *w, Event **run, int n)
 }
 
 /*
- * WriteRow writes one new state row: an update of the probed tuple, or an
- * insert, and the primary key entry that a non-HOT update or insert needs.
+ * IndexNewRow makes the index entries of a key's new state row (a
+ * RowBatchIndexFn): the primary key's, and state_cell's with min_max.
  */
 static void
-WriteRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks)
+IndexNewRow(TupleTableSlot *slot, int row, void *arg)
+{
+	StateWork  *w = (StateWork *) arg;
+	Datum		keyval = PointerGetDatum(w->rowkeys[row]);
+	bool		nulls[EXACTONCE_MAX_DIMENSIONS] = {false};
+
+	index_insert(w->index, &keyval, nulls, &slot->tts_tid, w->rel,
+				 UNIQUE_CHECK_YES, false, w->index_info);
+	if (w->cell_index)
+		index_insert(w->cell_index, w->rowstates[row].dims, nulls, &slot->tts_tid, w->rel,
+					 UNIQUE_CHECK_NO, false, w->cell_index_info);
+}
+
+/*
+ * UpdateRow writes a key's new state row as an update of the probed tuple,
+ * with the index entries that an update which is not HOT needs.
+ */
+static void
+UpdateRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks)
 {
 	Datum		keyval = PointerGetDatum(key);
-	bool		keynull = false;
-
+	bool		nulls[EXACTONCE_MAX_DIMENSIONS] = {false};
 	bool		update_indexes = true;
 
-	if (ks->stored)
-	{
-		simple_table_tuple_update(w->rel, &ks->tid, slot, GetActiveSnapshot(), &update_indexes);
-		if (update_indexes)
-			index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
-						 UNIQUE_CHECK_NO, true, w->index_info);
-	}
-	else
-	{
-		simple_table_tuple_insert(w->rel, slot);
-		index_insert(w->index, &keyval, &keynull, &slot->tts_tid, w->rel,
-					 UNIQUE_CHECK_YES, false, w->index_info);
-	}
-	if (w->cell_index && update_indexes)
-	{
-		bool		nulls[EXACTONCE_MAX_DIMENSIONS] = {false};
-
+	simple_table_tuple_update(w->rel, &ks->tid, slot, GetActiveSnapshot(), &update_indexes);
+	if (!update_indexes)
+		return;
+	index_insert(w->index, &keyval, nulls, &slot->tts_tid, w->rel,
+				 UNIQUE_CHECK_NO, true, w->index_info);
+	if (w->cell_index)
 		index_insert(w->cell_index, ks->dims, nulls, &slot->tts_tid, w->rel,
 					 UNIQUE_CHECK_NO, false, w->cell_index_info);
-	}
 }
 
 /*
@@ -748,14 +754,48 @@ SetColumn(TupleTableSlot *slot, AttrNumber attnum, Datum value)
 }
 
 /*
- * WriteState writes the batch's new state rows.
+ * FillRow sets the columns of a key's new state row in an empty slot whose
+ * columns are all NULL.
+ */
+static void
+FillRow(StateWork *w, TupleTableSlot *slot, text *key, KeyState *ks, TimestampTz now)
+{
+	Pipeline   *p = w->p;
+
+	SetColumn(slot, w->attnums[EV_KEY], PointerGetDatum(key));
+	SetColumn(slot, w->col_version, Int64GetDatum(ks->version));
+	SetColumn(slot, w->col_updated, TimestampTzGetDatum(now));
+	if (p->mode == PIPELINE_LATEST)
+	{
+		SetColumn(slot, w->attnums[EV_VALUE], NumericGetDatum(ks->value));
+		SetColumn(slot, w->attnums[EV_DELETED], BoolGetDatum(ks->deleted));
+		for (int i = 0; i < p->ndims; i++)
+			SetColumn(slot, w->attnums[EV_DIM0 + i], ks->dims[i]);
+		for (int i = 0; i < p->nmeasures; i++)
+			if (ks->measures[i] != NULL)
+				SetColumn(slot, w->attnums[EV_MEAS0(p) + i], NumericGetDatum(ks->measures[i]));
+		for (int i = 0; i < p->ndistinct; i++)
+			if (ks->distincts[i] != (Datum) 0)
+				SetColumn(slot, w->attnums[EV_DIST0(p) + i], ks->distincts[i]);
+	}
+	else
+	{
+		SetColumn(slot, w->col_total, NumericGetDatum(ks->total));
+		SetColumn(slot, w->col_events, Int64GetDatum(ks->events));
+		SetColumn(slot, w->col_first, TimestampTzGetDatum(ks->first_time));
+		SetColumn(slot, w->col_last, TimestampTzGetDatum(ks->last_time));
+	}
+}
+
+/*
+ * WriteState writes the batch's new state rows: updates of the rows probed
+ * one by one, the keys new to state a page at a time.
  */
 static void
 WriteState(StateWork *w)
 {
-	Pipeline   *p = w->p;
 	TupleTableSlot *slot = table_slot_create(w->rel, NULL);
-	TupleDesc	desc = RelationGetDescr(w->rel);
+	RowBatch   *inserts = RowBatchBegin(w->rel, IndexNewRow, w);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	for (int j = 0; j < w->nrows; j++)
@@ -763,62 +803,61 @@ WriteState(StateWork *w)
 		KeyState   *ks = &w->rowstates[j];
 
 		CHECK_FOR_INTERRUPTS();
-		ExecClearTuple(slot);
-		memset(slot->tts_isnull, true, sizeof(bool) * desc->natts);
-		SetColumn(slot, w->attnums[EV_KEY], PointerGetDatum(w->rowkeys[j]));
-		SetColumn(slot, w->col_version, Int64GetDatum(ks->version));
-		SetColumn(slot, w->col_updated, TimestampTzGetDatum(now));
-		if (p->mode == PIPELINE_LATEST)
+		if (ks->stored)
 		{
-			SetColumn(slot, w->attnums[EV_VALUE], NumericGetDatum(ks->value));
-			SetColumn(slot, w->attnums[EV_DELETED], BoolGetDatum(ks->deleted));
-			for (int i = 0; i < p->ndims; i++)
-				SetColumn(slot, w->attnums[EV_DIM0 + i], ks->dims[i]);
-			for (int i = 0; i < p->nmeasures; i++)
-				if (ks->measures[i] != NULL)
-					SetColumn(slot, w->attnums[EV_MEAS0(p) + i], NumericGetDatum(ks->measures[i]));
-			for (int i = 0; i < p->ndistinct; i++)
-				if (ks->distincts[i] != (Datum) 0)
-					SetColumn(slot, w->attnums[EV_DIST0(p) + i], ks->distincts[i]);
+			ExecClearTuple(slot);
+			memset(slot->tts_isnull, true, sizeof(bool) * slot->tts_tupleDescriptor->natts);
+			FillRow(w, slot, w->rowkeys[j], ks, now);
+			ExecStoreVirtualTuple(slot);
+			UpdateRow(w, slot, w->rowkeys[j], ks);
 		}
 		else
 		{
-			SetColumn(slot, w->col_total, NumericGetDatum(ks->total));
-			SetColumn(slot, w->col_events, Int64GetDatum(ks->events));
-			SetColumn(slot, w->col_first, TimestampTzGetDatum(ks->first_time));
-			SetColumn(slot, w->col_last, TimestampTzGetDatum(ks->last_time));
+			FillRow(w, RowBatchSlot(inserts), w->rowkeys[j], ks, now);
+			RowBatchAdd(inserts, j);
 		}
-		ExecStoreVirtualTuple(slot);
-		WriteRow(w, slot, w->rowkeys[j], ks);
 	}
+	RowBatchEnd(inserts);
 	ExecDropSingleTupleTableSlot(slot);
 }
 
 /*
- * WriteSeen inserts the batch's new seen rows, with their index entries.
+ * IndexSeenRow makes the primary key entry of a new seen row (a
+ * RowBatchIndexFn).
+ */
+static void
+IndexSeenRow(TupleTableSlot *slot, int row, void *arg)
+{
+	StateWork  *w = (StateWork *) arg;
+	Datum		keyvals[2];
+	bool		keynulls[2] = {false, false};
+
+	keyvals[0] = PointerGetDatum(w->seen_keys[row]);
+	keyvals[1] = Int64GetDatum(w->seen_versions[row]);
+	index_insert(w->seen_index, keyvals, keynulls, &slot->tts_tid, w->seen_rel,
+				 UNIQUE_CHECK_YES, false, w->seen_index_info);
+}
+
+/*
+ * WriteSeen inserts the batch's new seen rows, a page at a time.
  */
 static void
 WriteSeen(StateWork *w)
 {
-	TupleTableSlot *slot = table_slot_create(w->seen_rel, NULL);
+	RowBatch   *inserts = RowBatchBegin(w->seen_rel, IndexSeenRow, w);
 
 	for (int j = 0; j < w->nseen; j++)
 	{
-		Datum		keyvals[2];
-		bool		keynulls[2] = {false, false};
+		TupleTableSlot *slot = RowBatchSlot(inserts);
 
 		CHECK_FOR_INTERRUPTS();
-		ExecClearTuple(slot);
-		slot->tts_values[0] = keyvals[0] = PointerGetDatum(w->seen_keys[j]);
-		slot->tts_values[1] = keyvals[1] = Int64GetDatum(w->seen_versions[j]);
+		slot->tts_values[0] = PointerGetDatum(w->seen_keys[j]);
+		slot->tts_values[1] = Int64GetDatum(w->seen_versions[j]);
 		slot->tts_values[2] = Int64GetDatum(w->seen_digests[j]);
 		memset(slot->tts_isnull, false, sizeof(bool) * 3);
-		ExecStoreVirtualTuple(slot);
-		simple_table_tuple_insert(w->seen_rel, slot);
-		index_insert(w->seen_index, keyvals, keynulls, &slot->tts_tid, w->seen_rel,
-					 UNIQUE_CHECK_YES, false, w->seen_index_info);
+		RowBatchAdd(inserts, j);
 	}
-	ExecDropSingleTupleTableSlot(slot);
+	RowBatchEnd(inserts);
 }
 
 /*
