@@ -204,4 +204,42 @@ SELECT count(*) AS differences FROM (
     WHERE c.relnamespace = 'exactonce'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped)
    EXCEPT ALL SELECT * FROM upgraded)) d;
 DROP EXTENSION exactonce;
+
+-- 1.15: the update settles what earlier moves of keys left: a node that
+-- gave keys (2, 1) and (8, 0) away refuses them with a row trigger, which
+-- makes COPY insert row by row; after the update it refuses them with
+-- checks, made as the owner, and a range still being moved, (8, 2), keeps
+-- its trigger and is named in a warning
+CREATE EXTENSION exactonce VERSION '1.14';
+DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO regress_upgrade_owner', current_database()); END $$;
+SET ROLE regress_upgrade_owner;
+SELECT exactonce.create_pipeline('gave', ARRAY['d']);
+CREATE TRIGGER exactonce_moved_2_1 BEFORE INSERT ON gave.ingest FOR EACH ROW
+	EXECUTE FUNCTION exactonce.refuse_moved_key('2', '1', 'node2');
+CREATE TRIGGER exactonce_moved_8_0 BEFORE INSERT ON gave.ingest FOR EACH ROW
+	EXECUTE FUNCTION exactonce.refuse_moved_key('8', '0', 'node3');
+SELECT exactonce.move_keys_park('gave', 8, 2, 'node4');
+RESET ROLE;
+ALTER EXTENSION exactonce UPDATE;
+SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = 'gave.ingest'::regclass AND t.tgname LIKE 'exactonce_moved%' ORDER BY 1;
+SELECT k.conname, pg_get_constraintdef(k.oid), pg_get_userbyid(c.relowner) AS owner
+FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+WHERE k.conrelid = 'gave.ingest'::regclass AND k.conname LIKE 'exactonce_moved%' ORDER BY 1;
+SET ROLE regress_upgrade_owner;
+CREATE TEMP TABLE gave_keys AS
+SELECT 'k' || i AS key, exactonce.key_bucket('k' || i, 8) AS bucket FROM generate_series(1, 80) i;
+INSERT INTO gave.ingest (key, version, value, d) SELECT key, 1, 1, 'x' FROM gave_keys WHERE bucket IN (2, 4, 6);
+SELECT count(*) = (SELECT count(*) FROM gave_keys WHERE bucket IN (4, 6)) AS taken,
+	(SELECT count(*) FROM gave.moving_8_2) = (SELECT count(*) FROM gave_keys WHERE bucket = 2) AS parked
+FROM gave.ingest;
+\set VERBOSITY sqlstate
+INSERT INTO gave.ingest (key, version, value, d) SELECT key, 1, 1, 'x' FROM gave_keys WHERE bucket = 0 LIMIT 1;
+INSERT INTO gave.ingest (key, version, value, d) SELECT key, 1, 1, 'x' FROM gave_keys WHERE bucket % 2 = 1 LIMIT 1;
+\set VERBOSITY default
+SELECT exactonce.move_keys_unpark('gave', 8, 2) = (SELECT count(*) FROM gave_keys WHERE bucket = 2) AS returned;
+SELECT exactonce.drop_pipeline('gave', force => true);
+DROP TABLE gave_keys;
+RESET ROLE;
+DO $$ BEGIN EXECUTE format('REVOKE CREATE ON DATABASE %I FROM regress_upgrade_owner', current_database()); END $$;
+DROP EXTENSION exactonce;
 DROP ROLE regress_upgrade_owner;
