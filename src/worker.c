@@ -828,6 +828,7 @@ exactonce_drain_main(Datum arg)
 	char		dbname[NAMEDATALEN];
 	MemoryContext round_cxt;
 	int			seal_poll_ms = EXACTONCE_SEAL_POLL_MS;
+	bool		kept = false;	/* worked since it last went idle */
 
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -894,9 +895,18 @@ exactonce_drain_main(Datum arg)
 		 * growing intervals, so that one left open costs nothing.
 		 */
 		if (worked)
+		{
 			seal_poll_ms = EXACTONCE_SEAL_POLL_MS;
+			kept = true;
+		}
 		else if (pg_atomic_read_u64(&my_slot->wakes) == wakes)
 		{
+#ifdef __GLIBC__
+			/* idle: hand back the memory kept for the batches (see above) */
+			if (kept)
+				malloc_trim(0);
+#endif
+			kept = false;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 sealing ? seal_poll_ms : exactonce_naptime,
