@@ -22,57 +22,48 @@
 
 DO $$
 DECLARE
-	s regclass;
-BEGIN
-	FOR s IN
-		SELECT d.objid::regclass
-		  FROM exactonce.pipeline p
-		  JOIN pg_catalog.pg_class c ON c.relname = 'ingest' AND c.relkind = 'p'
-			   AND c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(p.name))
-		  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'ingest_id'
-			   AND a.attidentity = 'a' AND NOT a.attisdropped
-		  JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-			   AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-			   AND d.refobjid = c.oid AND d.refobjsubid = a.attnum AND d.deptype = 'i'
-		  JOIN pg_catalog.pg_class q ON q.oid = d.objid AND q.relkind = 'S'
-		 ORDER BY p.id
-	LOOP
-		EXECUTE pg_catalog.format('ALTER SEQUENCE %s CACHE 1000', s);
-	END LOOP;
-END
-$$;
-
-DO $$
-DECLARE
+	q record;
 	r record;
 	settled boolean;
 	why text;
 BEGIN
-	FOR r IN
-		SELECT p.name, t.tgname,
-			   (pg_catalog.regexp_match(t.tgname, '^exactonce_moved_(\d+)_(\d+)$'))::pg_catalog.int4[] AS range
+	FOR q IN
+		SELECT p.name, c.oid::pg_catalog.regclass AS ingest
 		  FROM exactonce.pipeline p
 		  JOIN pg_catalog.pg_class c ON c.relname = 'ingest' AND c.relkind = 'p'
 			   AND c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(p.name))
-		  JOIN pg_catalog.pg_trigger t ON t.tgrelid = c.oid
+		 ORDER BY p.id
+	LOOP
+		IF EXISTS (SELECT FROM pg_catalog.pg_attribute
+					WHERE attrelid = q.ingest AND attname = 'ingest_id' AND attidentity = 'a'
+					  AND NOT attisdropped) THEN
+			EXECUTE pg_catalog.format('ALTER SEQUENCE %s CACHE 1000',
+									  pg_catalog.pg_get_serial_sequence(q.ingest::pg_catalog.text, 'ingest_id'));
+		END IF;
+		FOR r IN
+			SELECT t.tgname,
+				   (pg_catalog.regexp_match(t.tgname, '^exactonce_moved_(\d+)_(\d+)$'))::pg_catalog.int4[] AS range
+			  FROM pg_catalog.pg_trigger t
+			 WHERE t.tgrelid = q.ingest
 			   AND t.tgfoid = 'exactonce.refuse_moved_key()'::pg_catalog.regprocedure
 			   AND t.tgname ~ '^exactonce_moved_\d+_\d+$'
-		 ORDER BY p.id, t.tgname
-	LOOP
-		why := 'its queue was busy, or a move of the range is under way';
-		BEGIN
-			settled := exactonce.move_keys_settle(r.name, r.range[1], r.range[2]);
-		EXCEPTION WHEN OTHERS THEN
-			settled := false;
-			why := SQLERRM;
-		END;
-		IF NOT settled THEN
-			RAISE WARNING 'trigger % of pipeline "%" (the keys (%, %)) was not settled into a check',
-				r.tgname, r.name, r.range[1], r.range[2]
-				USING DETAIL = why,
-					  HINT = pg_catalog.format('Call SELECT exactonce.move_keys_settle(%L, %s, %s) later; the trigger refuses (or parks) the keys meanwhile.',
-											   r.name, r.range[1], r.range[2]);
-		END IF;
+			 ORDER BY t.tgname
+		LOOP
+			why := 'its queue was busy, or a move of the range is under way';
+			BEGIN
+				settled := exactonce.move_keys_settle(q.name, r.range[1], r.range[2]);
+			EXCEPTION WHEN OTHERS THEN
+				settled := false;
+				why := SQLERRM;
+			END;
+			IF NOT settled THEN
+				RAISE WARNING 'trigger % of pipeline "%" (the keys (%, %)) was not settled into a check',
+					r.tgname, q.name, r.range[1], r.range[2]
+					USING DETAIL = why,
+						  HINT = pg_catalog.format('Call SELECT exactonce.move_keys_settle(%L, %s, %s) later; the trigger refuses (or parks) the keys meanwhile.',
+												   q.name, r.range[1], r.range[2]);
+			END IF;
+		END LOOP;
 	END LOOP;
 END
 $$;
