@@ -117,7 +117,8 @@ done
 # printed as the next one starts
 phase "TAP tests (test/t/, about half an hour)"
 tap_log=$DIR-tap.log
-bash test/tap.sh "$DIR-tap" >"$tap_log" 2>&1 &
+: >"$tap_log"	# before tail follows it: the background job may not have made it yet
+bash test/tap.sh "$DIR-tap" >>"$tap_log" 2>&1 &
 tap_pid=$!
 tail -n +1 -f --pid=$tap_pid "$tap_log" | awk '
 	function done_file() { if (f != "") { printf "   %s: %d ok, %d not ok\n", f, ok, nok; fflush() } }
