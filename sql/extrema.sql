@@ -54,5 +54,39 @@ SELECT count(*) > 2000 AS versions_moved FROM (SELECT key, a, b, c, lag(a || b |
 SELECT item, ok FROM exactonce.verify('mm') WHERE NOT ok;
 SELECT exactonce.drop_pipeline('mm'), exactonce.drop_pipeline('mc');
 DROP TABLE sent, rounds;
+
+-- a leaf keeps a reserve of its least and greatest values (a batch lists
+-- four of each, here two batches, one per shard): when its min leaves, the next comes from the
+-- reserve without reading the leaf's keys through index state_cell; only
+-- a reserve emptied reads them, and fills itself again
+SELECT exactonce.create_pipeline('rs', ARRAY['a'], min_max => ARRAY['value']);
+CREATE FUNCTION reads() RETURNS bigint LANGUAGE sql AS
+$$SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelid = 'rs.state_cell'::regclass$$;
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 40) i;
+SELECT exactonce.flush('rs') AS flushed;
+SELECT pg_stat_force_next_flush();
+SELECT value_min, value_max, extrema_reserve, reads() AS reads FROM rs.aggregates WHERE level = 1 \gset
+SELECT :value_min, :value_max, :'extrema_reserve';
+-- the min and the max leave, each replaced from the reserve
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k1', 2, 100, 'x'), ('k40', 2, 39.5, 'x');
+SELECT exactonce.flush('rs') AS flushed;
+SELECT pg_stat_force_next_flush();
+SELECT value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1;
+-- the rest of the reserve of least values leaves: one read
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 2, 100, 'x' FROM generate_series(2, 7) i;
+SELECT exactonce.flush('rs') AS flushed;
+SELECT pg_stat_force_next_flush();
+SELECT value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1;
+-- and a leaf new in the batch starts its reserve from its values
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k8', 2, 100, 'x'), ('k41', 1, -3, 'y');
+SELECT exactonce.flush('rs') AS flushed;
+SELECT pg_stat_force_next_flush();
+SELECT a, value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1 ORDER BY a;
+SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;
+-- rebuild() keeps no reserve; the next read fills it
+SELECT exactonce.rebuild('rs') AS cells;
+SELECT count(extrema_reserve) AS reserves FROM rs.aggregates;
+SELECT exactonce.drop_pipeline('rs');
+DROP FUNCTION reads();
 DROP FUNCTION differing(text, text);
 DROP EXTENSION exactonce;

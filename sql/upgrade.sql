@@ -249,4 +249,51 @@ DROP TABLE gave_keys;
 RESET ROLE;
 DO $$ BEGIN EXECUTE format('REVOKE CREATE ON DATABASE %I FROM regress_upgrade_owner', current_database()); END $$;
 DROP EXTENSION exactonce;
+
+-- 1.16: a leaf keeps a reserve of its least and greatest values; the
+-- update adds the column to latest-mode pipelines with min_max, empty,
+-- and a leaf fills it the first time it reads its keys.  A batch staged
+-- before the update (each list's first value alone) is applied as before.
+CREATE EXTENSION exactonce VERSION '1.15';
+SELECT exactonce.create_pipeline('mm', ARRAY['d'], measures => ARRAY['fee'], min_max => ARRAY['value', 'fee']);
+SELECT exactonce.create_pipeline('mm_acc', ARRAY['d'], 'accumulate', min_max => ARRAY['value']);
+CREATE TABLE mmev AS
+SELECT 'k' || i AS key, v::bigint AS version, ((i * 7 + v * 13) % 50)::numeric AS value,
+	   'd' || ((i + v) % 3) AS d, CASE WHEN i % 4 = 0 THEN NULL ELSE ((i * v) % 11)::numeric END AS fee
+FROM generate_series(1, 200) i, generate_series(1, 4) v;
+INSERT INTO mm.ingest (key, version, value, d, fee) SELECT key, version, value, d, fee FROM mmev WHERE version = 1;
+SELECT exactonce.flush('mm') AS flushed;
+SELECT attname FROM pg_attribute WHERE attrelid = 'mm.aggregates'::regclass AND attname = 'extrema_reserve';
+ALTER EXTENSION exactonce UPDATE;
+SELECT c.relnamespace::regnamespace AS pipeline, format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE a.attname = 'extrema_reserve' AND c.relname = 'aggregates' ORDER BY 1;
+-- version 2 moves every key and takes every extreme away: the leaves read
+-- their keys and fill their reserves; version 3 is staged in the format
+-- of 1.15 (the ledger's lists cut to their first values)
+INSERT INTO mm.ingest (key, version, value, d, fee) SELECT key, version, value, d, fee FROM mmev WHERE version = 2;
+SELECT exactonce.flush('mm') AS flushed;
+SELECT count(*) FILTER (WHERE extrema_reserve IS NOT NULL) AS leaves_with_reserve FROM mm.aggregates WHERE level = 1;
+SELECT length(exactonce.map_stage('mm', ARRAY(SELECT d FROM exactonce.state_upsert('mm',
+	(SELECT array_agg(e) FROM (SELECT key, version, value, d, fee FROM mmev WHERE version = 3) e)) d))) AS token_bytes;
+UPDATE mm.ledger l SET extrema = (
+	SELECT array_agg(x.r ORDER BY x.i) FROM (
+		SELECT i, array_agg(l.extrema[i][j] ORDER BY j) AS r
+		FROM generate_subscripts(l.extrema, 1) i, generate_subscripts(l.extrema, 2) j
+		WHERE (j - 1) % 5 = 0 GROUP BY i) x)
+WHERE applied_at IS NULL;
+SELECT exactonce.reduce_apply('mm') AS applied;
+INSERT INTO mm.ingest (key, version, value, d, fee) SELECT key, version, value, d, fee FROM mmev WHERE version = 4;
+SELECT exactonce.flush('mm') AS flushed;
+SELECT count(*) AS failing FROM exactonce.verify('mm') WHERE NOT ok;
+WITH latest AS (SELECT DISTINCT ON (key) * FROM mmev ORDER BY key, version DESC)
+SELECT count(*) AS differ FROM (
+	(SELECT d, value_min, value_max, fee_min, fee_max FROM mm.aggregates WHERE level = 1
+	 EXCEPT SELECT d, min(value), max(value), min(fee), max(fee) FROM latest GROUP BY d)
+	UNION ALL
+	(SELECT d, min(value), max(value), min(fee), max(fee) FROM latest GROUP BY d
+	 EXCEPT SELECT d, value_min, value_max, fee_min, fee_max FROM mm.aggregates WHERE level = 1)) m;
+SELECT exactonce.drop_pipeline('mm'), exactonce.drop_pipeline('mm_acc');
+DROP TABLE mmev;
+DROP EXTENSION exactonce;
 DROP ROLE regress_upgrade_owner;

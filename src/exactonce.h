@@ -105,6 +105,9 @@ typedef struct Pipeline
 /* the first dimension an event brings: a window's start is computed */
 #define PIPELINE_FIRST_INPUT_DIM(p)	((p)->windowed ? 1 : 0)
 #define PIPELINE_WINDOW_DIM	"window_start"
+/* aggregates keeps each leaf's reserve of extremes (extrema.c) */
+#define PIPELINE_RESERVES(p)	((p)->any_min_max && (p)->mode == PIPELINE_LATEST)
+#define PIPELINE_RESERVE_COLUMN	"extrema_reserve"
 
 /*
  * PipelineExtremumName names a min_max column: value (0), or measure i (1 + i).

@@ -223,6 +223,8 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 				ShapeAdd(t, psprintf("%s_min", PipelineExtremumName(p, slot)), NUMERICOID);
 				ShapeAdd(t, psprintf("%s_max", PipelineExtremumName(p, slot)), NUMERICOID);
 			}
+		if (PIPELINE_RESERVES(p))
+			ShapeAdd(t, PIPELINE_RESERVE_COLUMN, NUMERICARRAYOID);
 		ShapeAddNames(t, p->distincts, p->ndistinct, "_distinct", INT8OID);
 		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
 	}

@@ -364,6 +364,17 @@ AlterMinMax(Pipeline *p, const bool *min_max)
 							 quote_literal_cstr(psprintf("exactonce: least %s among the cell's contributions, exact as they come and go", m)),
 							 quote_literal_cstr(psprintf("exactonce: greatest %s among the cell's contributions, exact as they come and go", m)));
 	}
+
+	/*
+	 * rebuild() then keeps no reserve (extrema.c), whose layout follows
+	 * min_max
+	 */
+	if (any && !p->any_min_max)
+		appendStringInfo(&sql, "ALTER TABLE %s.aggregates ADD COLUMN " PIPELINE_RESERVE_COLUMN " numeric[];\n"
+						 "COMMENT ON COLUMN %s.aggregates." PIPELINE_RESERVE_COLUMN " IS %s;\n", s, s,
+						 quote_literal_cstr("exactonce: a leaf cell's least and greatest values of each min_max column, kept to set its min and max anew when they leave (NULL: none kept)"));
+	else if (!any && p->any_min_max)
+		appendStringInfo(&sql, "ALTER TABLE %s.aggregates DROP COLUMN " PIPELINE_RESERVE_COLUMN ";\n", s);
 	if (any && !OidIsValid(p->state_cell))
 	{
 		appendStringInfo(&sql, "CREATE INDEX state_cell ON %s.state (", s);

@@ -452,6 +452,8 @@ AppendAggregateMeasures(StringInfo sql, Pipeline *def)
 			appendStringInfo(sql, "%s numeric, %s numeric, ",
 							 quote_identifier(psprintf("%s_min", PipelineExtremumName(def, slot))),
 							 quote_identifier(psprintf("%s_max", PipelineExtremumName(def, slot))));
+	if (PIPELINE_RESERVES(def))
+		appendStringInfoString(sql, PIPELINE_RESERVE_COLUMN " numeric[], ");
 	for (int i = 0; i < def->ndistinct; i++)
 		appendStringInfo(sql, "%s bigint NOT NULL DEFAULT 0, ",
 						 quote_identifier(psprintf("%s_distinct", def->distincts[i])));
@@ -502,6 +504,9 @@ AppendAggregateComments(StringInfo sql, Pipeline *def)
 		AppendColumnComment(sql, def, psprintf("%s_max", m),
 							psprintf("greatest %s among the cell's contributions, exact as they come and go", m));
 	}
+	if (PIPELINE_RESERVES(def))
+		AppendColumnComment(sql, def, PIPELINE_RESERVE_COLUMN,
+							"a leaf cell's least and greatest values of each min_max column, kept to set its min and max anew when they leave (NULL: none kept)");
 	for (int i = 0; i < def->ndistinct; i++)
 		AppendColumnComment(sql, def, psprintf("%s_distinct", def->distincts[i]),
 							psprintf("number of distinct %s values among the cell's contributions", def->distincts[i]));

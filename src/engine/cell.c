@@ -144,6 +144,75 @@ CellLeast(Numeric a, Numeric b, bool greatest)
 }
 
 /*
+ * CellExtBefore tells whether a comes before b in a list least first
+ * (greatest first with greatest).
+ */
+bool
+CellExtBefore(Numeric a, Numeric b, bool greatest)
+{
+	int			c = DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(a),
+													  NumericGetDatum(b)));
+
+	return greatest ? c > 0 : c < 0;
+}
+
+/*
+ * CellExtInsert adds x to the list of the least (greatest) values v[0..*n),
+ * at most cap of them: a value past a full list sets *more.
+ */
+void
+CellExtInsert(Numeric *v, int *n, bool *more, int cap, Numeric x, bool greatest)
+{
+	int			i = *n;
+
+	if (*n == cap)
+	{
+		*more = true;
+		if (!CellExtBefore(x, v[cap - 1], greatest))
+			return;
+		i--;
+	}
+	else
+		(*n)++;
+	/* after the values it ties with */
+	for (; i > 0 && CellExtBefore(x, v[i - 1], greatest); i--)
+		v[i] = v[i - 1];
+	v[i] = x;
+}
+
+/*
+ * CellExtMerge adds the values of list from to those of into, both the
+ * least (greatest) of their multisets.  Where either list has more, what
+ * both know is what they list up to its last value.
+ */
+void
+CellExtMerge(CellExtList *into, const CellExtList *from, bool greatest)
+{
+	Numeric		cut = NULL;
+	CellExtList merged;
+
+	/* a list that has more but none listed knows nothing, nor does the sum */
+	if ((into->more && into->n == 0) || (from->more && from->n == 0))
+	{
+		into->n = 0;
+		into->more = true;
+		return;
+	}
+	if (into->more)
+		cut = into->v[into->n - 1];
+	if (from->more && (cut == NULL || CellExtBefore(from->v[from->n - 1], cut, greatest)))
+		cut = from->v[from->n - 1];
+	merged = *into;
+	merged.more |= from->more;
+	for (int i = 0; i < from->n; i++)
+		CellExtInsert(merged.v, &merged.n, &merged.more, EXT_KEEP, from->v[i], greatest);
+	/* past the cut, a value of one list may stand for an unlisted one */
+	while (cut != NULL && merged.n > 0 && CellExtBefore(cut, merged.v[merged.n - 1], greatest))
+		merged.n--;
+	*into = merged;
+}
+
+/*
  * CellTableFind returns the cell that groups by mask with values dims, or
  * NULL.
  */
@@ -186,10 +255,9 @@ CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChang
 		for (int i = 0; change->ext && i < CELL_NEXT(p); i++)
 		{
 			if (c->ext == NULL)
-				c->ext = palloc0(sizeof(Numeric) * CELL_NEXT(p));
-			c->ext[i] = CellLeast(c->ext[i], change->ext[i],
-								  i / (1 + p->nmeasures) == EXT_HI_IN ||
-								  i / (1 + p->nmeasures) == EXT_HI_OUT);
+				c->ext = palloc0(sizeof(CellExtList) * CELL_NEXT(p));
+			if (change->ext[i].n > 0 || change->ext[i].more)
+				CellExtMerge(&c->ext[i], &change->ext[i], CELL_EXT_HI(p, i));
 		}
 		return cell;
 	}
@@ -201,8 +269,8 @@ CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChang
 	/* a cell's own copy: it takes in the changes of others */
 	if (change->ext)
 	{
-		cell->change.ext = palloc(sizeof(Numeric) * CELL_NEXT(p));
-		memcpy(cell->change.ext, change->ext, sizeof(Numeric) * CELL_NEXT(p));
+		cell->change.ext = palloc(sizeof(CellExtList) * CELL_NEXT(p));
+		memcpy(cell->change.ext, change->ext, sizeof(CellExtList) * CELL_NEXT(p));
 	}
 	cell->touched = false;
 	return cell;
@@ -222,7 +290,7 @@ CellIsNil(Pipeline *p, Cell *cell)
 		if (c->counts[i] != 0 || (c->sums[i] != NULL && !NumericIsZero(c->sums[i])))
 			return false;
 	for (int i = 0; c->ext && i < CELL_NEXT(p); i++)
-		if (c->ext[i] != NULL)
+		if (c->ext[i].n > 0 || c->ext[i].more)
 			return false;
 	for (int i = 0; i < p->ndistinct; i++)
 		if (c->distinct[i] != 0)
@@ -246,9 +314,9 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 	int64	   *kv = palloc(sizeof(int64) * max);
 	Numeric    *sv[EXACTONCE_MAX_MEASURES];
 	int64	   *cv[EXACTONCE_MAX_MEASURES];
-	Numeric    *ev[4 * (1 + EXACTONCE_MAX_MEASURES)];
+	Numeric    *ev[4 * (1 + EXACTONCE_MAX_MEASURES) * CELL_EXT_COLS];
 	int64	   *xv[EXACTONCE_MAX_DISTINCT];
-	int			next = p->any_min_max ? CELL_NEXT(p) : 0;
+	int			next = p->any_min_max ? CELL_NEXT(p) * CELL_EXT_COLS : 0;
 	HASH_SEQ_STATUS seq;
 	Cell	   *cell;
 	int			n = 0;
@@ -288,7 +356,17 @@ CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols)
 			cv[i][n] = cell->change.counts[i];
 		}
 		for (int i = 0; i < next; i++)
-			ev[i][n] = cell->change.ext ? cell->change.ext[i] : NULL;
+		{
+			CellExtList *list = cell->change.ext ? &cell->change.ext[i / CELL_EXT_COLS] : NULL;
+			int			k = i % CELL_EXT_COLS;
+
+			if (list == NULL)
+				ev[i][n] = NULL;
+			else if (k < EXT_KEEP)
+				ev[i][n] = k < list->n ? list->v[k] : NULL;
+			else
+				ev[i][n] = list->more ? int64_to_numeric(1) : NULL;
+		}
 		for (int i = 0; i < p->ndistinct; i++)
 			xv[i][n] = cell->change.distinct[i];
 		n++;

@@ -20,10 +20,25 @@ typedef struct CellKey
 } CellKey;
 
 /*
+ * The least (or greatest) values of a multiset, at most EXT_KEEP of them,
+ * in order: least first (greatest first).  Without more, they are all of
+ * it; with more, every value of it ordered before the last listed one is
+ * listed, the others may not be (extrema.c).
+ */
+#define EXT_KEEP	4
+
+typedef struct CellExtList
+{
+	int			n;
+	bool		more;
+	Numeric		v[EXT_KEEP];
+} CellExtList;
+
+/*
  * A change to one cell: of value's total and the key count, and of each
  * measure's sum (NULL: none) and count.  With min_max, ext holds for each
- * min_max slot (value, then the measures) the least and greatest value that
- * enters the cell and that leaves it (NULL: none): CELL_EXT(p, kind, slot).
+ * min_max slot (value, then the measures) the least and greatest values
+ * that enter the cell and that leave it: CELL_EXT(p, kind, slot).
  */
 typedef struct CellChange
 {
@@ -31,7 +46,7 @@ typedef struct CellChange
 	int64		keys;
 	Numeric		sums[EXACTONCE_MAX_MEASURES];
 	int64		counts[EXACTONCE_MAX_MEASURES];
-	Numeric    *ext;
+	CellExtList *ext;
 	int64		distinct[EXACTONCE_MAX_DISTINCT];	/* of each distinct count */
 } CellChange;
 
@@ -41,6 +56,15 @@ typedef struct CellChange
 #define EXT_HI_OUT	3
 #define CELL_NEXT(p)	(4 * (1 + (p)->nmeasures))
 #define CELL_EXT(p, kind, slot)	((kind) * (1 + (p)->nmeasures) + (slot))
+/* whether list i of CELL_EXT is greatest first */
+#define CELL_EXT_HI(p, i)	((i) / (1 + (p)->nmeasures) % 2 == 1)
+
+/*
+ * A list is staged as EXT_KEEP values (NULL past its end) and its more (1)
+ * or not (NULL): CELL_EXT_COLS columns of the ledger's extrema per list.
+ * Batches staged before 1.16 have one column per list, its first value.
+ */
+#define CELL_EXT_COLS	(EXT_KEEP + 1)
 
 /* A rollup cell and the change accumulated for it. */
 typedef struct Cell
@@ -65,7 +89,8 @@ typedef struct CellColumns
 	Datum		keys;			/* int8[] */
 	Datum		sums[EXACTONCE_MAX_MEASURES];	/* numeric[] */
 	Datum		counts[EXACTONCE_MAX_MEASURES]; /* int8[] */
-	Datum		ext[4 * (1 + EXACTONCE_MAX_MEASURES)];	/* numeric[], CELL_EXT */
+	Datum		ext[4 * (1 + EXACTONCE_MAX_MEASURES) * CELL_EXT_COLS];	/* numeric[]: CELL_EXT,
+																		 * then CELL_EXT_COLS */
 	Datum		distinct[EXACTONCE_MAX_DISTINCT];	/* int8[] */
 } CellColumns;
 
@@ -77,6 +102,9 @@ extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims,
 						  const CellChange *change);
 extern void CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols);
 extern Numeric CellLeast(Numeric a, Numeric b, bool greatest);
+extern bool CellExtBefore(Numeric a, Numeric b, bool greatest);
+extern void CellExtInsert(Numeric *v, int *n, bool *more, int cap, Numeric x, bool greatest);
+extern void CellExtMerge(CellExtList *into, const CellExtList *from, bool greatest);
 extern Datum CellFlatten(Datum *cols, int ncols, int nrows, Oid elemtype);
 extern void CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows,
 						  Datum **elems, bool **nulls);

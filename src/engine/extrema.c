@@ -22,10 +22,23 @@
  *
  * State, not a record of each value, is the truth a leaf is read anew
  * from: it costs an index scan of the leaf's keys only when its extreme
- * leaves, and nothing for the values that do not matter, and a batch
- * writes each of its cells once but for those.  Accumulate mode never takes
- * a value out (map_stage refuses deltas that would), so its cells are
- * never set anew.
+ * leaves, and nothing for the values that do not matter.  Accumulate mode
+ * never takes a value out (map_stage refuses deltas that would), so its
+ * cells are never set anew.
+ *
+ * A leaf reads its keys, all of them, far more often than it must: the
+ * next extreme is almost always among the few values nearest it.  So a
+ * leaf keeps, in aggregates.extrema_reserve, a reserve of its least and
+ * greatest values of each min_max slot (RESERVE_KEEP of each, with the
+ * meaning of a CellExtList: without more all of them, with more every value
+ * before the last listed is listed), and map stages with each cell's
+ * change the few least and greatest values entering and leaving it
+ * (cell.h).  Reduce takes the leaving values out of the reserve and puts
+ * the entering ones in, as far as all three lists know every value (up to
+ * the earliest last value of a list with more); the reserve's first value
+ * is the extreme.  Only a reserve left knowing nothing, or none kept yet
+ * (NULL: a leaf made before 1.16 or by rebuild()), makes the leaf read its
+ * keys, which fills the reserve anew.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +50,7 @@
 #include "port/pg_bitutils.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 
 #include "catalog/statement.h"
 #include "engine/cell.h"
@@ -66,10 +80,77 @@ AppendSameCell(StringInfo sql, Pipeline *p, const char *other, uint32 mask)
 }
 
 /*
+ * AppendExtremaColumns appends "<each min_max slot's min and max>".
+ */
+static void
+AppendExtremaColumns(StringInfo sql, Pipeline *p)
+{
+	bool		first = true;
+
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			appendStringInfoString(sql, first ? "" : ", ");
+			first = false;
+			AppendColumn(sql, p, slot, "min");
+			appendStringInfoString(sql, ", ");
+			AppendColumn(sql, p, slot, "max");
+		}
+}
+
+/*
+ * BuildExtremaSet: set a leaf's min and max and its reserve, by ctid.
+ */
+static const char *
+BuildExtremaSet(Pipeline *p)
+{
+	StringInfoData sql;
+	int			arg = 2;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "UPDATE %s.aggregates SET (", quote_identifier(p->name));
+	AppendExtremaColumns(&sql, p);
+	appendStringInfoString(&sql, ", " PIPELINE_RESERVE_COLUMN ") = (");
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			appendStringInfo(&sql, "$%d::numeric, $%d::numeric, ", arg, arg + 1);
+			arg += 2;
+		}
+	appendStringInfo(&sql, "$%d::numeric[]) WHERE ctid = $1", arg);
+	return sql.data;
+}
+
+/*
+ * BuildExtremaRead: the min_max values of the live keys of a leaf, given
+ * its dimensions.
+ */
+static const char *
+BuildExtremaRead(Pipeline *p)
+{
+	StringInfoData sql;
+	bool		first = true;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT ");
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+		{
+			appendStringInfo(&sql, "%sst.%s", first ? "" : ", ",
+							 quote_identifier(PipelineExtremumName(p, slot)));
+			first = false;
+		}
+	appendStringInfo(&sql, " FROM %s.state st WHERE NOT st.deleted", quote_identifier(p->name));
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, " AND st.%s = $%d", quote_identifier(p->dims[i]), i + 1);
+	return sql.data;
+}
+
+/*
  * BuildExtremaLevel: set anew the min and max of the given aggregates rows
- * of one grouping (mask), by ctid, every one of them from one scan: a
- * leaf's from its live keys in state; a rollup cell's from its children
- * one level down, another grouping's from the leaves under it.
+ * of one grouping (mask) above the leaves, by ctid, every one of them from
+ * one scan: a rollup cell's from its children one level down, another
+ * grouping's from the leaves under it.
  */
 static const char *
 BuildExtremaLevel(Pipeline *p, int mask)
@@ -77,82 +158,359 @@ BuildExtremaLevel(Pipeline *p, int mask)
 	StringInfoData sql;
 	const char *s = quote_identifier(p->name);
 	int			level = pg_popcount32((uint32) mask);
-	bool		leaf = level == p->ndims;
 	bool		first = true;
 
+	Assert(level < p->ndims);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "UPDATE %s.aggregates a SET (", s);
-	for (int slot = 0; slot <= p->nmeasures; slot++)
-		if (p->min_max[slot])
-		{
-			appendStringInfoString(&sql, first ? "" : ", ");
-			first = false;
-			AppendColumn(&sql, p, slot, "min");
-			appendStringInfoString(&sql, ", ");
-			AppendColumn(&sql, p, slot, "max");
-		}
+	AppendExtremaColumns(&sql, p);
 	appendStringInfoString(&sql, ") = (SELECT ");
-	first = true;
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 	{
 		if (!p->min_max[slot])
 			continue;
 		for (int hi = 0; hi <= 1; hi++)
 		{
-			appendStringInfo(&sql, "%s%s(", first ? "" : ", ", hi ? "max" : "min");
+			appendStringInfo(&sql, "%s%s(c.", first ? "" : ", ", hi ? "max" : "min");
 			first = false;
-			if (leaf)
-				appendStringInfo(&sql, "st.%s", quote_identifier(PipelineExtremumName(p, slot)));
-			else
-			{
-				appendStringInfoString(&sql, "c.");
-				AppendColumn(&sql, p, slot, hi ? "max" : "min");
-			}
+			AppendColumn(&sql, p, slot, hi ? "max" : "min");
 			appendStringInfoChar(&sql, ')');
 		}
 	}
-	if (leaf)
-	{
-		appendStringInfo(&sql, " FROM %s.state st WHERE NOT st.deleted", s);
-		AppendSameCell(&sql, p, "st", CELL_LEVEL_MASK(p->ndims));
-	}
-	else
-	{
-		appendStringInfo(&sql, " FROM %s.aggregates c WHERE c.level = %d", s,
-						 p->rollup ? level + 1 : p->ndims);
-		AppendSameCell(&sql, p, "c", (uint32) mask);
-	}
+	appendStringInfo(&sql, " FROM %s.aggregates c WHERE c.level = %d", s,
+					 p->rollup ? level + 1 : p->ndims);
+	AppendSameCell(&sql, p, "c", (uint32) mask);
 	appendStringInfoString(&sql, ") WHERE a.ctid = ANY($1::tid[])");
 	return sql.data;
 }
 
 /*
  * ExtremeLeft tells whether a cell's min (or, with hi, max) may have left:
- * a value leaving it was at or beyond the extreme the upsert left, now.
+ * the value leaving it first (leaving) was at or beyond the extreme the
+ * upsert left, now.
  */
 static bool
-ExtremeLeft(Numeric leaving, SPITupleTable *rows, uint64 r, int col, bool hi)
+ExtremeLeft(const CellExtList *leaving, SPITupleTable *rows, uint64 r, int col, bool hi)
 {
 	bool		isnull;
 	Datum		now = SPI_getbinval(rows->vals[r], rows->tupdesc, col, &isnull);
-	int			cmp;
 
-	if (leaving == NULL)
-		return false;
+	if (leaving->n == 0)
+		return leaving->more;	/* a list that knows nothing */
 	if (isnull)
 		return true;
-	cmp = DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(leaving), now));
-	return hi ? cmp >= 0 : cmp <= 0;
+	return !CellExtBefore(DatumGetNumeric(now), leaving->v[0], hi);
 }
+
+/* values each reserve keeps */
+#define RESERVE_KEEP	8
+
+/*
+ * A leaf's reserve of the least (greatest) values of one min_max slot, as
+ * a CellExtList: with room to take in a list before it is cut to
+ * RESERVE_KEEP.  A leaf's reserves are indexed [2 * slot + hi].
+ */
+typedef struct Reserve
+{
+	int			n;
+	bool		more;
+	Numeric		v[RESERVE_KEEP + EXT_KEEP];
+} Reserve;
+
+/*
+ * ReserveRead reads a leaf's reserves: for each min_max slot, least and
+ * greatest, its more (0 or 1), its number of values and the values.  False
+ * where it is not such an array.
+ */
+static bool
+ReserveRead(Pipeline *p, Datum d, Reserve *res)
+{
+	ArrayType  *a = DatumGetArrayTypeP(d);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				at = 0;
+
+	if (ARR_NDIM(a) > 1 || ARR_ELEMTYPE(a) != NUMERICOID)
+		return false;
+	deconstruct_array(a, NUMERICOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		{
+			Reserve    *r = &res[2 * slot + hi];
+			bool		bad = false;
+			int			more;
+
+			if (at + 2 > n || nulls[at] || nulls[at + 1])
+				return false;
+			more = numeric_int4_opt_error(DatumGetNumeric(elems[at]), &bad);
+			r->n = numeric_int4_opt_error(DatumGetNumeric(elems[at + 1]), &bad);
+			if (bad || (more != 0 && more != 1) || r->n < 0 || r->n > RESERVE_KEEP ||
+				at + 2 + r->n > n)
+				return false;
+			r->more = more == 1;
+			at += 2;
+			for (int k = 0; k < r->n; k++, at++)
+			{
+				if (nulls[at] || numeric_is_nan(DatumGetNumeric(elems[at])) ||
+					(k > 0 && CellExtBefore(DatumGetNumeric(elems[at]), r->v[k - 1], hi)))
+					return false;
+				r->v[k] = DatumGetNumeric(elems[at]);
+			}
+		}
+	return at == n;
+}
+
+/*
+ * ReserveDatum is the numeric[] ReserveRead reads.
+ */
+static Datum
+ReserveDatum(Pipeline *p, Reserve *res)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * 2 * (1 + p->nmeasures) * (2 + RESERVE_KEEP));
+	int			n = 0;
+
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		{
+			Reserve    *r = &res[2 * slot + hi];
+
+			elems[n++] = NumericGetDatum(int64_to_numeric(r->more ? 1 : 0));
+			elems[n++] = NumericGetDatum(int64_to_numeric(r->n));
+			for (int k = 0; k < r->n; k++)
+				elems[n++] = NumericGetDatum(r->v[k]);
+		}
+	return PointerGetDatum(construct_array(elems, n, NUMERICOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * ReserveApply takes the values entering a leaf (in) into its reserve r and
+ * those leaving it (out) out of it, as far as all three know every value:
+ * up to the earliest last value of one with more.  It returns false where
+ * the reserve is left knowing nothing (or a value leaves that the reserve
+ * says the leaf does not have), and sets *changed.
+ */
+static bool
+ReserveApply(Reserve *r, const CellExtList *in, const CellExtList *out, bool greatest,
+			 bool *changed)
+{
+	Numeric		cut = NULL;
+	bool		strict;
+	Reserve		next;
+	bool		full = false;
+
+	if ((r->more && r->n == 0) || (in->more && in->n == 0) || (out->more && out->n == 0))
+		return false;
+	if (r->more)
+		cut = r->v[r->n - 1];
+	if (in->more && (cut == NULL || CellExtBefore(in->v[in->n - 1], cut, greatest)))
+		cut = in->v[in->n - 1];
+	if (out->more && (cut == NULL || !CellExtBefore(cut, out->v[out->n - 1], greatest)))
+		cut = out->v[out->n - 1];
+
+	/*
+	 * A value at the cut that the reserve or the entering values list is
+	 * there, if maybe not every one of its kind; but where the leaving values
+	 * have more at the cut, one may leave that they do not list, so nothing
+	 * at the cut is known.
+	 */
+	strict = out->more && cut == out->v[out->n - 1];
+
+	/* what the reserve and the entering values know, in order */
+	next.n = 0;
+	next.more = cut != NULL;
+	for (int i = 0; i < r->n; i++)
+		if (cut == NULL || CellExtBefore(r->v[i], cut, greatest) ||
+			(!strict && !CellExtBefore(cut, r->v[i], greatest)))
+			CellExtInsert(next.v, &next.n, &full, lengthof(next.v), r->v[i], greatest);
+	for (int i = 0; i < in->n; i++)
+		if (cut == NULL || CellExtBefore(in->v[i], cut, greatest) ||
+			(!strict && !CellExtBefore(cut, in->v[i], greatest)))
+			CellExtInsert(next.v, &next.n, &full, lengthof(next.v), in->v[i], greatest);
+	Assert(!full);
+
+	/* less what leaves */
+	for (int i = 0; i < out->n; i++)
+	{
+		Numeric		x = out->v[i];
+		int			j = 0;
+
+		if (cut != NULL && (strict ? !CellExtBefore(x, cut, greatest) : CellExtBefore(cut, x, greatest)))
+			break;
+		while (j < next.n && !(!CellExtBefore(x, next.v[j], greatest) &&
+							   !CellExtBefore(next.v[j], x, greatest)))
+			j++;
+		if (j == next.n)
+		{
+			/* at the cut, it may be a value the lists do not show */
+			if (cut != NULL && !CellExtBefore(x, cut, greatest))
+				continue;
+			return false;
+		}
+		memmove(&next.v[j], &next.v[j + 1], sizeof(Numeric) * (next.n - j - 1));
+		next.n--;
+	}
+	if (next.n > RESERVE_KEEP)
+	{
+		next.n = RESERVE_KEEP;
+		next.more = true;
+	}
+	if (next.more && next.n == 0)
+		return false;
+	*changed |= next.n != r->n || next.more != r->more;
+	for (int i = 0; i < next.n && !*changed; i++)
+		*changed = next.v[i] != r->v[i];
+	*r = next;
+	return true;
+}
+
+/*
+ * ReserveFill fills a leaf's reserves from the min_max values of its live
+ * keys in state, read through index state_cell (rows: the leaf's
+ * dimensions from column 5).
+ */
+static void
+ReserveFill(Pipeline *p, SPITupleTable *rows, uint64 r, Reserve *res)
+{
+	Oid			types[EXACTONCE_MAX_DIMENSIONS];
+	Datum		values[EXACTONCE_MAX_DIMENSIONS];
+	SPITupleTable *keys;
+
+	for (int i = 0; i < p->ndims; i++)
+	{
+		bool		isnull;
+
+		types[i] = TEXTOID;
+		values[i] = SPI_getbinval(rows->vals[r], rows->tupdesc, 5 + i, &isnull);
+	}
+	for (int i = 0; i < 2 * (1 + p->nmeasures); i++)
+	{
+		res[i].n = 0;
+		res[i].more = false;
+	}
+	StatementExec(StatementPrepare(p, BuildExtremaRead, p->ndims, types), values, NULL, -1);
+	keys = SPI_tuptable;
+	for (uint64 k = 0; k < keys->numvals; k++)
+	{
+		int			col = 1;
+
+		CHECK_FOR_INTERRUPTS();
+		for (int slot = 0; slot <= p->nmeasures; slot++)
+		{
+			bool		isnull;
+			Datum		v;
+
+			if (!p->min_max[slot])
+				continue;
+			v = SPI_getbinval(keys->vals[k], keys->tupdesc, col++, &isnull);
+			if (isnull)
+				continue;
+			for (int hi = 0; hi <= 1; hi++)
+				CellExtInsert(res[2 * slot + hi].v, &res[2 * slot + hi].n, &res[2 * slot + hi].more,
+							  RESERVE_KEEP, DatumGetNumeric(v), hi);
+		}
+	}
+	/* the values outlive the rows */
+	for (int i = 0; i < 2 * (1 + p->nmeasures); i++)
+		for (int k = 0; k < res[i].n; k++)
+			res[i].v[k] = DatumGetNumeric(datumCopy(NumericGetDatum(res[i].v[k]), false, -1));
+	SPI_freetuptable(keys);
+}
+
+/*
+ * LeafApply sets a leaf's min and max anew from its reserve, taking in the
+ * leaf's change; what the reserve cannot tell is read from state.  A leaf
+ * without a reserve (NULL) but new in the batch starts from none; any
+ * other is read only when its extreme may have left, as before 1.16.  A
+ * reserve is filled from state only where fill says that state holds what
+ * the aggregates will once the change is in, no more: where a batch
+ * staged but not applied is in state, its values would be counted twice.
+ */
+static void
+LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill)
+{
+	Reserve		res[2 * (1 + EXACTONCE_MAX_MEASURES)];
+	Oid			types[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
+	Datum		values[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
+	char		nulls[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
+	int			col = 5 + p->ndims,
+				nargs = 0;
+	bool		isnull,
+				known,
+				read = false,
+				changed = false;
+	Datum		d;
+
+	if (cell->change.ext == NULL)
+		return;
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		col += p->min_max[slot] ? 2 : 0;
+	d = SPI_getbinval(rows->vals[r], rows->tupdesc, col, &isnull);
+	if (!isnull)
+	{
+		/* one that is not what this file writes is read anew */
+		known = ReserveRead(p, d, res);
+		read = !known;
+	}
+	else
+	{
+		/* a leaf with no keys before the batch had no values */
+		known = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc, 2, &isnull)) ==
+			cell->change.keys;
+		for (int i = 0; known && i < 2 * (1 + p->nmeasures); i++)
+		{
+			res[i].n = 0;
+			res[i].more = false;
+		}
+	}
+
+	col = 5 + p->ndims;
+	for (int slot = 0; slot <= p->nmeasures && !read; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1 && !read; hi++, col++)
+		{
+			const CellExtList *in = &cell->change.ext[CELL_EXT(p, hi ? EXT_HI_IN : EXT_LO_IN, slot)];
+			const CellExtList *out = &cell->change.ext[CELL_EXT(p, hi ? EXT_HI_OUT : EXT_LO_OUT, slot)];
+
+			if (known)
+				read = !ReserveApply(&res[2 * slot + hi], in, out, hi, &changed);
+			else
+				read = ExtremeLeft(out, rows, r, col, hi);
+		}
+	if (!known && !read)
+		return;
+	if (read)
+		ReserveFill(p, rows, r, res);
+	else if (!changed)
+		return;
+
+	types[nargs] = TIDOID;
+	values[nargs] = SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull);
+	nulls[nargs++] = ' ';
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		{
+			Reserve    *e = &res[2 * slot + hi];
+
+			types[nargs] = NUMERICOID;
+			values[nargs] = e->n > 0 ? NumericGetDatum(e->v[0]) : (Datum) 0;
+			nulls[nargs++] = e->n > 0 ? ' ' : 'n';
+		}
+	types[nargs] = NUMERICARRAYOID;
+	values[nargs] = read && !fill ? (Datum) 0 : ReserveDatum(p, res);
+	nulls[nargs++] = read && !fill ? 'n' : ' ';
+	StatementExec(StatementPrepare(p, BuildExtremaSet, nargs, types), values, nulls, 1);
+}
+
 
 /*
  * ExtremaApply sets anew the min and max of the cells the aggregates upsert
  * returned (rows: ctid, keys, total, level, the dimensions, then min and
  * max of each min_max slot) whose extreme may have left, but for those in
- * gone, deleted already: level by level from the leaves.
+ * gone, deleted already: level by level from the leaves.  fill: whether a
+ * leaf may fill its reserve from state (LeafApply).
  */
 void
-ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
+ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fill)
 {
 	uint64		n = rows->numvals;
 	Datum	   *tids = palloc(sizeof(Datum) * Max(n, 1));
@@ -186,12 +544,17 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 		if (cell == NULL)
 			elog(ERROR, "aggregates upsert of pipeline \"%s\" returned a cell it was not given",
 				 p->name);
+		if (masks[r] == leaf)
+		{
+			LeafApply(p, cell, rows, r, fill);
+			continue;
+		}
 		for (int slot = 0; cell->change.ext != NULL && slot <= p->nmeasures; slot++)
 		{
 			if (!p->min_max[slot])
 				continue;
-			anew[r] |= ExtremeLeft(cell->change.ext[CELL_EXT(p, EXT_LO_OUT, slot)], rows, r, col, false) ||
-				ExtremeLeft(cell->change.ext[CELL_EXT(p, EXT_HI_OUT, slot)], rows, r, col + 1, true);
+			anew[r] |= ExtremeLeft(&cell->change.ext[CELL_EXT(p, EXT_LO_OUT, slot)], rows, r, col, false) ||
+				ExtremeLeft(&cell->change.ext[CELL_EXT(p, EXT_HI_OUT, slot)], rows, r, col + 1, true);
 			col += 2;
 		}
 		any |= anew[r];
@@ -200,17 +563,17 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone)
 		return;
 
 	/*
-	 * The leaves first, then a rollup's levels upwards (its groupings are in
-	 * level order), or another grouping's cells in any order
+	 * Above the leaves, set already: a rollup's levels upwards (its groupings
+	 * are in level order), or another grouping's cells in any order
 	 */
-	for (int pass = 0; pass <= p->nsets; pass++)
+	for (int pass = 1; pass <= p->nsets; pass++)
 	{
-		uint32		mask = pass == 0 ? leaf : p->sets[p->nsets - pass];
+		uint32		mask = p->sets[p->nsets - pass];
 		int			count = 0;
 		Oid			types[1] = {TIDARRAYOID};
 		Datum		values[1];
 
-		if (pass > 0 && mask == leaf)
+		if (mask == leaf)
 			continue;
 		for (uint64 r = 0; r < n; r++)
 		{

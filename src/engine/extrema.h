@@ -13,6 +13,7 @@
 
 #include "exactonce.h"
 
-extern void ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone);
+extern void ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone,
+						 bool fill);
 
 #endif							/* EXACTONCE_EXTREMA_H */

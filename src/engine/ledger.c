@@ -139,7 +139,7 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 	{
 		values[8] = CellFlatten(cells->sums, p->nmeasures, cells->ncells, NUMERICOID);
 		values[9] = CellFlatten(cells->counts, p->nmeasures, cells->ncells, INT8OID);
-		values[10] = CellFlatten(cells->ext, p->any_min_max ? CELL_NEXT(p) : 0,
+		values[10] = CellFlatten(cells->ext, p->any_min_max ? CELL_NEXT(p) * CELL_EXT_COLS : 0,
 								 cells->ncells, NUMERICOID);
 		if (members->nmembers > 0)
 		{

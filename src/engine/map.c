@@ -213,26 +213,29 @@ DeltaExtremes(Pipeline *p, Delta *d, int i, CellChange *change)
 						i + 1, d->keys, p->name),
 				 errdetail("A delta of a pipeline with min_max adds one key (1) or, in latest mode, takes one (-1)."),
 				 errhint("Pass the deltas exactonce.state_upsert() returned.")));
-	change->ext = palloc0(sizeof(Numeric) * CELL_NEXT(p));
+	memset(change->ext, 0, sizeof(CellExtList) * CELL_NEXT(p));
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 	{
 		Numeric		v = slot == 0 ? d->total : d->measures[slot - 1];
+		CellExtList *lo = &change->ext[CELL_EXT(p, in ? EXT_LO_IN : EXT_LO_OUT, slot)];
+		CellExtList *hi = &change->ext[CELL_EXT(p, in ? EXT_HI_IN : EXT_HI_OUT, slot)];
 
 		if (!p->min_max[slot] || v == NULL)
 			continue;
 		/* a delta carries a leaving value negated */
 		if (!in)
 			v = DatumGetNumeric(DirectFunctionCall1(numeric_uminus, NumericGetDatum(v)));
-		change->ext[CELL_EXT(p, in ? EXT_LO_IN : EXT_LO_OUT, slot)] = v;
-		change->ext[CELL_EXT(p, in ? EXT_HI_IN : EXT_HI_OUT, slot)] = v;
+		lo->n = hi->n = 1;
+		lo->v[0] = hi->v[0] = v;
 	}
 }
 
 /*
- * DeltaChange is the change the i-th delta makes to its cell.
+ * DeltaChange is the change the i-th delta makes to its cell; ext, with
+ * min_max, is where its lists go (CELL_NEXT(p) of them).
  */
 static void
-DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change)
+DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change, CellExtList *ext)
 {
 	change->total = d->total;
 	change->keys = d->keys;
@@ -244,7 +247,10 @@ DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change)
 	memset(change->distinct, 0, sizeof(change->distinct));
 	change->ext = NULL;
 	if (p->any_min_max)
+	{
+		change->ext = ext;
 		DeltaExtremes(p, d, i, change);
+	}
 }
 
 /*
@@ -260,12 +266,13 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 	HTAB	   *cells = CellTableCreate();
 	HASH_SEQ_STATUS seq;
 	Cell	   *leaf;
+	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
 
 	for (int i = 0; i < n; i++)
 	{
 		CellChange	change;
 
-		DeltaChange(p, &deltas[i], i, &change);
+		DeltaChange(p, &deltas[i], i, &change, ext);
 		CellTableAdd(leaves, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
 	}
 	hash_seq_init(&seq, leaves);

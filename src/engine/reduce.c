@@ -126,6 +126,8 @@ BuildAggUpsert(Pipeline *p)
 			appendStringInfo(&sql, ", a.%s, a.%s",
 							 quote_identifier(psprintf("%s_min", PipelineExtremumName(p, slot))),
 							 quote_identifier(psprintf("%s_max", PipelineExtremumName(p, slot))));
+	if (PIPELINE_RESERVES(p))
+		appendStringInfoString(&sql, ", a." PIPELINE_RESERVE_COLUMN);
 	return sql.data;
 }
 
@@ -163,6 +165,29 @@ StagedGrouping(Pipeline *p, int32 staged)
 }
 
 /*
+ * StagedExt reads a staged cell's lists of least and greatest values
+ * (cell.h): cols values for each, CELL_EXT_COLS of them, or 1 where the
+ * batch was staged before 1.16 with a list's first value, which lists
+ * nothing past it.
+ */
+static CellExtList *
+StagedExt(Pipeline *p, Datum *values, bool *nulls, int cols)
+{
+	CellExtList *ext = palloc0(sizeof(CellExtList) * CELL_NEXT(p));
+
+	for (int i = 0; i < CELL_NEXT(p); i++)
+	{
+		Datum	   *v = &values[i * cols];
+		bool	   *isnull = &nulls[i * cols];
+
+		for (int k = 0; k < Min(cols, EXT_KEEP) && !isnull[k]; k++)
+			ext[i].v[ext[i].n++] = DatumGetNumeric(v[k]);
+		ext[i].more = cols == 1 ? ext[i].n > 0 : !isnull[EXT_KEEP];
+	}
+	return ext;
+}
+
+/*
  * MergeStaged adds the staged batches of tt (LedgerLockStaged) to the cell
  * table and returns their tokens.
  */
@@ -187,7 +212,8 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 		bool	   *cellnulls,
 				   *sumnulls,
 				   *extnulls = NULL;
-		int			ncells;
+		int			ncells,
+					extcols = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		tokens[r] = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 1, &isnull)));
@@ -207,8 +233,16 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 						  ncells, &counts, &sumnulls);
 		}
 		if (p->any_min_max)
-			CellUnflatten(SPI_getbinval(tup, desc, 8, &isnull), NUMERICOID, CELL_NEXT(p),
-						  ncells, &ext, &extnulls);
+		{
+			Datum		flat = SPI_getbinval(tup, desc, 8, &isnull);
+			ArrayType  *a = DatumGetArrayTypeP(flat);
+
+			/* staged before 1.16: each list's first value alone */
+			extcols = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) == ncells * CELL_NEXT(p) ?
+				1 : CELL_EXT_COLS;
+			CellUnflatten(PointerGetDatum(a), NUMERICOID, CELL_NEXT(p) * extcols, ncells,
+						  &ext, &extnulls);
+		}
 		for (int c = 0; c < ncells; c++)
 		{
 			CellChange	change;
@@ -222,12 +256,8 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 			}
 			change.ext = NULL;
 			if (ext)
-			{
-				change.ext = palloc(sizeof(Numeric) * CELL_NEXT(p));
-				for (int i = 0; i < CELL_NEXT(p); i++)
-					change.ext[i] = extnulls[c * CELL_NEXT(p) + i] ? NULL :
-						DatumGetNumeric(ext[c * CELL_NEXT(p) + i]);
-			}
+				change.ext = StagedExt(p, &ext[c * CELL_NEXT(p) * extcols],
+									   &extnulls[c * CELL_NEXT(p) * extcols], extcols);
 			memset(change.distinct, 0, sizeof(change.distinct));
 			CellTableAdd(cells, p, StagedGrouping(p, DatumGetInt32(levels[c])),
 						 &cellv[c * p->ndims], &change);
@@ -241,10 +271,10 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 
 /*
  * ApplyCells adds the merged changes to aggregates and deletes the cells
- * that are left without keys.
+ * that are left without keys; fill as for ExtremaApply.
  */
 static void
-ApplyCells(Pipeline *p, HTAB *cells)
+ApplyCells(Pipeline *p, HTAB *cells, bool fill)
 {
 	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT +
 					  2 * (1 + EXACTONCE_MAX_MEASURES)];
@@ -292,9 +322,9 @@ ApplyCells(Pipeline *p, HTAB *cells)
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		if (p->min_max[slot])
 		{
-			values[nargs] = cols.ext[CELL_EXT(p, EXT_LO_IN, slot)];
+			values[nargs] = cols.ext[CELL_EXT(p, EXT_LO_IN, slot) * CELL_EXT_COLS];
 			types[nargs++] = NUMERICARRAYOID;
-			values[nargs] = cols.ext[CELL_EXT(p, EXT_HI_IN, slot)];
+			values[nargs] = cols.ext[CELL_EXT(p, EXT_HI_IN, slot) * CELL_EXT_COLS];
 			types[nargs++] = NUMERICARRAYOID;
 		}
 	StatementExec(StatementPrepare(p, BuildAggUpsert, nargs, types),
@@ -345,7 +375,7 @@ ApplyCells(Pipeline *p, HTAB *cells)
 		FeedRecord(p, cells, rows);
 	/* the min and max of the cells left, read from those below */
 	if (p->any_min_max)
-		ExtremaApply(p, cells, rows, gone);
+		ExtremaApply(p, cells, rows, gone, fill);
 	SPI_freetuptable(rows);
 }
 
@@ -406,7 +436,8 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 			DistinctApply(p, members, cells);
 		if (p->windowed)
 			AdvanceWatermark(p, cells);
-		ApplyCells(p, cells);
+		/* applying every staged batch, state holds no more than them */
+		ApplyCells(p, cells, !have_tokens);
 		LedgerMarkApplied(p, applied, napplied);
 	}
 	/* a flush reduces batch after batch in one SPI connection */
@@ -432,5 +463,6 @@ ReduceApplyCells(Pipeline *p, HTAB *cells, HTAB *members)
 	Assert(p->progress_locked);
 	if (members)
 		DistinctApply(p, members, cells);
-	ApplyCells(p, cells);
+	/* a batch may be staged that state holds */
+	ApplyCells(p, cells, false);
 }
