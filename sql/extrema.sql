@@ -108,6 +108,29 @@ INSERT INTO rs.ingest (key, version, value, a) VALUES ('k11', 2, 2000, 'x');
 SELECT exactonce.flush('rs') AS flushed;
 SELECT value_min, value_max FROM rs.aggregates WHERE level = 1;
 SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;
+
+-- an owner's reserve: one not as the library writes it (a NULL among the
+-- values, NaN, the wrong length) is read anew, never trusted; one well
+-- formed but wrong is named by verify(), and rebuild() repairs it
+UPDATE rs.aggregates SET extrema_reserve = ARRAY[1, 2, NULL, 5]::numeric[] || array_fill(NULL::numeric, ARRAY[16])
+WHERE level = 1;
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k2', 3, 3000, 'x');
+SELECT exactonce.flush('rs') AS flushed;
+SELECT value_min, value_max, extrema_reserve IS NOT NULL AS kept FROM rs.aggregates WHERE level = 1;
+UPDATE rs.aggregates SET extrema_reserve = ARRAY[0, 1, 'NaN']::numeric[] || array_fill(NULL::numeric, ARRAY[7])
+	|| ARRAY[0, 1, 'NaN']::numeric[] || array_fill(NULL::numeric, ARRAY[7]) WHERE level = 1;
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k3', 3, 3001, 'x');
+SELECT exactonce.flush('rs') AS flushed;
+UPDATE rs.aggregates SET extrema_reserve = '{}' WHERE level = 1;
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k1', 3, 3002, 'x');
+SELECT exactonce.flush('rs') AS flushed;
+SELECT value_min, value_max FROM rs.aggregates WHERE level = 1;
+SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;
+UPDATE rs.aggregates SET extrema_reserve = ARRAY[1, 1, 5]::numeric[] || array_fill(NULL::numeric, ARRAY[7])
+	|| ARRAY[1, 1, 9999]::numeric[] || array_fill(NULL::numeric, ARRAY[7]) WHERE level = 1;
+SELECT item, cell, detail, ok FROM exactonce.verify('rs') WHERE NOT ok;
+SELECT exactonce.rebuild('rs') AS cells;
+SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;
 SELECT exactonce.drop_pipeline('rs');
 DROP FUNCTION differing(text, text);
 DROP EXTENSION exactonce;

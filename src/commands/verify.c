@@ -37,6 +37,7 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/cell.h"
+#include "engine/extrema.h"
 #include "engine/progress.h"
 #include "utils/wake.h"
 
@@ -203,6 +204,68 @@ BuildVerifyLatest(Pipeline *p)
 }
 
 /*
+ * BuildVerifyReserves returns the statement that checks each leaf's reserve
+ * of extremes against its live keys (extrema.c): each list must be the
+ * first of the leaf's values in its order, all of them without more.
+ */
+static char *
+BuildVerifyReserves(Pipeline *p)
+{
+	StringInfoData sql;
+	const char *s = quote_identifier(p->name);
+	int			list = 0,
+				nlists = 0;
+
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		nlists += p->min_max[slot] ? 2 : 0;
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "WITH v AS (SELECT ");
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
+	for (int slot = 0, n = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		{
+			const char *m = quote_identifier(PipelineExtremumName(p, slot));
+
+			appendStringInfo(&sql, "%spg_catalog.array_agg(%s ORDER BY %s%s) FILTER (WHERE %s IS NOT NULL) AS l%d",
+							 n++ ? ", " : "", m, m, hi ? " DESC" : "", m, slot * 2 + hi);
+		}
+	appendStringInfo(&sql, " FROM %s.state WHERE NOT deleted GROUP BY ", s);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(p->dims[i]));
+	appendStringInfo(&sql, "), r AS (SELECT a.*, COALESCE(pg_catalog.cardinality(a." PIPELINE_RESERVE_COLUMN ")"
+					 " OPERATOR(pg_catalog.=) %d", nlists * EXTREMA_RESERVE_STRIDE);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++, list++)
+		{
+			int			o = list * EXTREMA_RESERVE_STRIDE;
+			char	   *e = psprintf("a." PIPELINE_RESERVE_COLUMN);
+			char	   *n = psprintf("%s[%d]::pg_catalog.int4", e, o + 2);
+
+			appendStringInfo(&sql, " AND %1$s[%2$d] OPERATOR(pg_catalog.=) ANY ('{0,1}')"
+							 " AND %3$s OPERATOR(pg_catalog.<=) %4$d AND CASE WHEN %3$s OPERATOR(pg_catalog.=) 0"
+							 " THEN %1$s[%2$d] OPERATOR(pg_catalog.=) 0 AND v.l%5$d IS NULL"
+							 " ELSE %1$s[%6$d:%6$d OPERATOR(pg_catalog.+) %3$s OPERATOR(pg_catalog.-) 1]"
+							 " OPERATOR(pg_catalog.=) v.l%5$d[1:%3$s] AND (%1$s[%2$d] OPERATOR(pg_catalog.=) 1"
+							 " OR pg_catalog.cardinality(v.l%5$d) OPERATOR(pg_catalog.=) %3$s) END",
+							 e, o + 1, n, EXTREMA_RESERVE_KEEP, slot * 2 + hi, o + 3);
+		}
+	appendStringInfo(&sql, ", false) AS fits FROM %s.aggregates a LEFT JOIN v ON true", s);
+	for (int i = 0; i < p->ndims; i++)
+		appendStringInfo(&sql, " AND v.%1$s OPERATOR(pg_catalog.=) a.%1$s", quote_identifier(p->dims[i]));
+	appendStringInfo(&sql, " WHERE a.level OPERATOR(pg_catalog.=) %d AND a." PIPELINE_RESERVE_COLUMN " IS NOT NULL)"
+					 " SELECT 'reserves'::pg_catalog.text, NULL::pg_catalog.text,"
+					 " pg_catalog.format('%%s leaf cells keep a reserve of their extremes, %%s differ from state',"
+					 " pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT fits)),"
+					 " pg_catalog.bool_and(fits) IS NOT FALSE FROM r"
+					 " UNION ALL (SELECT 'reserve', pg_catalog.format('level %d %%s', ", p->ndims, p->ndims);
+	AppendCellName(&sql, p, "r");
+	appendStringInfoString(&sql, "), pg_catalog.format('" PIPELINE_RESERVE_COLUMN ": %s', r."
+						   PIPELINE_RESERVE_COLUMN "), false FROM r WHERE NOT fits ORDER BY 2)");
+	return sql.data;
+}
+
+/*
  * BuildVerifyAccumulate returns the statement that checks what state says
  * of an accumulate-mode pipeline's aggregates: (item, cell, detail, ok).
  */
@@ -332,6 +395,12 @@ exactonce_verify(PG_FUNCTION_ARGS)
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not verify pipeline \"%s\"", p->name);
 	PutRows(rsinfo);
+	if (PIPELINE_RESERVES(p))
+	{
+		if (SPI_execute(BuildVerifyReserves(p), true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not verify the reserves of pipeline \"%s\"", p->name);
+		PutRows(rsinfo);
+	}
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

@@ -29,7 +29,7 @@
  * A leaf reads its keys, all of them, far more often than it must: the
  * next extreme is almost always among the few values nearest it.  So a
  * leaf keeps, in aggregates.extrema_reserve, a reserve of its least and
- * greatest values of each min_max slot (RESERVE_KEEP of each, with the
+ * greatest values of each min_max slot (EXTREMA_RESERVE_KEEP of each, with the
  * meaning of a CellExtList: without more all of them, with more every value
  * before the last listed is listed), and map stages with each cell's
  * change the few least and greatest values entering and leaving it
@@ -202,25 +202,22 @@ ExtremeLeft(const CellExtList *leaving, SPITupleTable *rows, uint64 r, int col, 
 	return !CellExtBefore(DatumGetNumeric(now), leaving->v[0], hi);
 }
 
-/* values each reserve keeps */
-#define RESERVE_KEEP	8
-
 /*
  * A leaf's reserve of the least (greatest) values of one min_max slot, as
  * a CellExtList: with room to take in a list before it is cut to
- * RESERVE_KEEP.  A leaf's reserves are indexed [2 * slot + hi].
+ * EXTREMA_RESERVE_KEEP.  A leaf's reserves are indexed [2 * slot + hi].
  */
 typedef struct Reserve
 {
 	int			n;
 	bool		more;
-	Numeric		v[RESERVE_KEEP + EXT_KEEP];
+	Numeric		v[EXTREMA_RESERVE_KEEP + EXT_KEEP];
 } Reserve;
 
 /*
  * ReserveRead reads a leaf's reserves: for each min_max slot, least and
- * greatest, its more (0 or 1), its number of values and the values.  False
- * where it is not such an array.
+ * greatest, EXTREMA_RESERVE_STRIDE values: its more (0 or 1), its number of values,
+ * the values and NULLs after them.  False where it is not such an array.
  */
 static bool
 ReserveRead(Pipeline *p, Datum d, Reserve *res)
@@ -235,27 +232,31 @@ ReserveRead(Pipeline *p, Datum d, Reserve *res)
 		return false;
 	deconstruct_array(a, NUMERICOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	for (int slot = 0; slot <= p->nmeasures; slot++)
-		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++, at += EXTREMA_RESERVE_STRIDE)
 		{
 			Reserve    *r = &res[2 * slot + hi];
 			bool		bad = false;
 			int			more;
 
-			if (at + 2 > n || nulls[at] || nulls[at + 1])
+			if (at + EXTREMA_RESERVE_STRIDE > n || nulls[at] || nulls[at + 1])
 				return false;
 			more = numeric_int4_opt_error(DatumGetNumeric(elems[at]), &bad);
 			r->n = numeric_int4_opt_error(DatumGetNumeric(elems[at + 1]), &bad);
-			if (bad || (more != 0 && more != 1) || r->n < 0 || r->n > RESERVE_KEEP ||
-				at + 2 + r->n > n)
+			if (bad || (more != 0 && more != 1) || r->n < 0 || r->n > EXTREMA_RESERVE_KEEP)
 				return false;
 			r->more = more == 1;
-			at += 2;
-			for (int k = 0; k < r->n; k++, at++)
+			for (int k = 0; k < EXTREMA_RESERVE_KEEP; k++)
 			{
-				if (nulls[at] || numeric_is_nan(DatumGetNumeric(elems[at])) ||
-					(k > 0 && CellExtBefore(DatumGetNumeric(elems[at]), r->v[k - 1], hi)))
+				Numeric		v;
+
+				if (nulls[at + 2 + k] != (k >= r->n))
 					return false;
-				r->v[k] = DatumGetNumeric(elems[at]);
+				if (k >= r->n)
+					continue;
+				v = DatumGetNumeric(elems[at + 2 + k]);
+				if (numeric_is_nan(v) || (k > 0 && CellExtBefore(v, r->v[k - 1], hi)))
+					return false;
+				r->v[k] = v;
 			}
 		}
 	return at == n;
@@ -267,20 +268,30 @@ ReserveRead(Pipeline *p, Datum d, Reserve *res)
 static Datum
 ReserveDatum(Pipeline *p, Reserve *res)
 {
-	Datum	   *elems = palloc(sizeof(Datum) * 2 * (1 + p->nmeasures) * (2 + RESERVE_KEEP));
+	int			max = 2 * (1 + p->nmeasures) * EXTREMA_RESERVE_STRIDE;
+	Datum	   *elems = palloc0(sizeof(Datum) * max);
+	bool	   *nulls = palloc(sizeof(bool) * max);
 	int			n = 0;
+	int			dims[1];
+	int			lbs[1] = {1};
 
 	for (int slot = 0; slot <= p->nmeasures; slot++)
-		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++, n += EXTREMA_RESERVE_STRIDE)
 		{
 			Reserve    *r = &res[2 * slot + hi];
 
-			elems[n++] = NumericGetDatum(int64_to_numeric(r->more ? 1 : 0));
-			elems[n++] = NumericGetDatum(int64_to_numeric(r->n));
-			for (int k = 0; k < r->n; k++)
-				elems[n++] = NumericGetDatum(r->v[k]);
+			elems[n] = NumericGetDatum(int64_to_numeric(r->more ? 1 : 0));
+			elems[n + 1] = NumericGetDatum(int64_to_numeric(r->n));
+			nulls[n] = nulls[n + 1] = false;
+			for (int k = 0; k < EXTREMA_RESERVE_KEEP; k++)
+			{
+				nulls[n + 2 + k] = k >= r->n;
+				elems[n + 2 + k] = k < r->n ? NumericGetDatum(r->v[k]) : (Datum) 0;
+			}
 		}
-	return PointerGetDatum(construct_array(elems, n, NUMERICOID, -1, false, TYPALIGN_INT));
+	dims[0] = n;
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, NUMERICOID, -1, false,
+											  TYPALIGN_INT));
 }
 
 /*
@@ -350,9 +361,9 @@ ReserveApply(Reserve *r, const CellExtList *in, const CellExtList *out, bool gre
 		memmove(&next.v[j], &next.v[j + 1], sizeof(Numeric) * (next.n - j - 1));
 		next.n--;
 	}
-	if (next.n > RESERVE_KEEP)
+	if (next.n > EXTREMA_RESERVE_KEEP)
 	{
-		next.n = RESERVE_KEEP;
+		next.n = EXTREMA_RESERVE_KEEP;
 		next.more = true;
 	}
 	if (next.more && next.n == 0)
@@ -407,7 +418,7 @@ ReserveFill(Pipeline *p, SPITupleTable *rows, uint64 r, Reserve *res)
 				continue;
 			for (int hi = 0; hi <= 1; hi++)
 				CellExtInsert(res[2 * slot + hi].v, &res[2 * slot + hi].n, &res[2 * slot + hi].more,
-							  RESERVE_KEEP, DatumGetNumeric(v), hi);
+							  EXTREMA_RESERVE_KEEP, DatumGetNumeric(v), hi);
 		}
 	}
 	/* the values outlive the rows */
