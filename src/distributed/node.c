@@ -28,6 +28,7 @@
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/lsyscache.h"
 
 #include "distributed/node.h"
@@ -61,6 +62,68 @@ CheckPassword(UserMapping *um, Oid owner, const char *servername)
 				 errdetail("The nodes are reached as the pipeline's owner, role \"%s\", which is not a superuser and connects only with a password of its user mapping.",
 						   GetUserNameFromId(owner, false)),
 				 errhint("Add a password to the user mapping for server \"%s\".", servername)));
+}
+
+/*
+ * NodeConnectWait opens a connection as PQconnectdbParams does, but waits
+ * for the node on the latch and the socket, so that a cancel, a timeout or
+ * a shutdown interrupts the wait: a node that stops answering (a process
+ * stopped, a network that drops what it is sent) holds the backend no
+ * longer than its statement_timeout, where libpq's own wait would hold it
+ * until the node answered.  connect_timeout, which libpq keeps only in its
+ * own wait, bounds this one.
+ */
+static PGconn *
+NodeConnectWait(const char **keywords, const char **values, const char *servername)
+{
+	PGconn	   *volatile conn = PQconnectStartParams(keywords, values, false);
+	volatile	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+	TimestampTz deadline = 0;
+
+	if (conn == NULL || PQstatus(conn) == CONNECTION_BAD)
+		return conn;
+	for (int i = 0; keywords[i] != NULL; i++)
+		if (strcmp(keywords[i], "connect_timeout") == 0 && atoi(values[i]) > 0)
+			deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   Max(atoi(values[i]), 2) * 1000);
+	PG_TRY();
+	{
+		while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+		{
+			long		timeout = -1;
+			int			rc;
+
+			if (deadline != 0)
+			{
+				timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+				if (timeout <= 0)
+					break;
+			}
+			rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+								   (deadline != 0 ? WL_TIMEOUT : 0) |
+								   (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
+								   PQsocket(conn), timeout, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+				status = PQconnectPoll(conn);
+		}
+	}
+	PG_CATCH();
+	{
+		PQfinish(conn);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		PQfinish(conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not connect to server \"%s\"", servername),
+				 errdetail("The node did not answer within the server's connect_timeout.")));
+	}
+	return conn;
 }
 
 /*
@@ -119,7 +182,7 @@ NodeConnect(Oid owner, const char *servername)
 	values[n] = NULL;
 	PQconninfoFree(known);
 
-	conn = PQconnectdbParams(keywords, values, false);
+	conn = NodeConnectWait(keywords, values, servername);
 	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
 	{
 		char	   *msg = conn ? pchomp(PQerrorMessage(conn)) : "out of memory";

@@ -277,8 +277,24 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 	}
 	hash_seq_init(&seq, leaves);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
+	{
+		/* above the leaves a list's first value is all extrema.c reads */
+		CellChange	above = leaf->change;
+
+		if (above.ext != NULL)
+		{
+			above.ext = palloc(sizeof(CellExtList) * CELL_NEXT(p));
+			for (int i = 0; i < CELL_NEXT(p); i++)
+			{
+				above.ext[i] = leaf->change.ext[i];
+				above.ext[i].more |= above.ext[i].n > 1;
+				above.ext[i].n = Min(above.ext[i].n, 1);
+			}
+		}
 		for (int s = 0; s < p->nsets; s++)
-			CellTableAdd(cells, p, p->sets[s], leaf->dims, &leaf->change);
+			CellTableAdd(cells, p, p->sets[s], leaf->dims,
+						 p->sets[s] == CELL_LEVEL_MASK(p->ndims) ? &leaf->change : &above);
+	}
 	hash_destroy(leaves);
 	return cells;
 }

@@ -8,7 +8,8 @@
 # coordinator's aggregates equal the oracle, and the accounting identity
 # holds on each node and in total.  flush, pause, resume and drop act on
 # every node; a flush waiting for a node is interrupted by statement_timeout,
-# which cancels it there.
+# which cancels it there, and so is a statement connecting to a node that
+# stopped answering.
 #
 # Keys move while a producer keeps sending through the coordinator: a range
 # to a third node (added then), another to the other node; a move cut off
@@ -564,5 +565,23 @@ is($coord->safe_psql($db, "SELECT to_regnamespace('gone') IS NULL AND NOT EXISTS
 $nodes[1]->start;
 is($nodes[1]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'gone'"),
 	'1', 'the pipeline stays on the node that was down, to drop there');
+
+# a node that stops answering (its postmaster stopped: the kernel accepts
+# the connection, nothing serves it) holds a producer at the coordinator no
+# longer than its statement_timeout, which interrupts the connection's wait
+$coord->safe_psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('hung', ARRAY['d'], ARRAY['node1', 'node2']::name[])");
+my $hung = "INSERT INTO hung.ingest (key, version, value, d) SELECT 'k' || i, 1, 1, 'x' FROM generate_series(1, 50) i";
+kill 'STOP', $nodes[1]->{_pid};
+my $timed_out = 0;
+($rc, $out, $err) = $coord->psql($db, "SET statement_timeout = '2s'; $hung", timeout => 120, timed_out => \$timed_out);
+kill 'CONT', $nodes[1]->{_pid};
+ok(!$timed_out, 'a statement through the coordinator does not wait on a node that stopped answering');
+like($err, qr/statement timeout/, 'statement_timeout cancels it while it connects');
+$coord->safe_psql($db, $hung);
+$coord->safe_psql($db, "SELECT exactonce.flush('hung')");
+is($coord->safe_psql($db, "SELECT sum(keys) FROM hung.aggregates WHERE level = 0"),
+	'50', 'once the node answers again, the statement sent again is taken whole');
+$coord->safe_psql($db, "SELECT exactonce.drop_pipeline('hung')");
 
 done_testing();
