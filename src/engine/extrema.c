@@ -6,39 +6,32 @@
  * In latest mode a newer version, a move or a tombstone takes a key's old
  * values out of its cells, so a min or max cannot simply be carried along:
  * when the extreme leaves, the next one must be found.  Map stages, with
- * each cell's change, the least and greatest value entering the cell and
- * leaving it (cell.h, CELL_EXT).  Reduce's upsert of the aggregates takes
- * in what enters, min = least(min, least entering), which is the cell's
- * min unless a value leaving was at or below the min before: the least
- * leaving value is then at or below the min after, which is how this file
- * finds the cells to set anew (and likewise the max).  Those, level by
- * level from the leaves up:
+ * each cell's change, the few least and greatest values entering the cell
+ * and leaving it (cell.h, CELL_EXT); reduce's upsert of the aggregates
+ * takes in what enters, min = least(min, least entering), and this file
+ * sets anew what may have left, level by level from the leaves up:
  *
- *	 a leaf reads its min anew from state, through index state_cell on the
- *	 dimensions, among the leaf's live keys;
+ *	 a leaf keeps, in aggregates.extrema_reserve, a reserve of its least and
+ *	 greatest values of each min_max slot (EXTREMA_RESERVE_KEEP of each,
+ *	 with the meaning of a CellExtList: without more, all of them; with
+ *	 more, every value before the last listed).  The leaving values come
+ *	 out of it and the entering ones go in, as far as the three lists know
+ *	 every value (up to the earliest last value of a list with more); its
+ *	 first value is the extreme.  A reserve left knowing nothing makes the
+ *	 leaf read its live keys in state, through index state_cell on the
+ *	 dimensions, which fills the reserve anew; so does a leaf that keeps
+ *	 none (NULL: after rebuild(), or made before 1.16) once its extreme may
+ *	 have left, a value leaving it at or beyond its extreme after the
+ *	 upsert;
  *
- *	 a cell above is the least of its children's mins, read from the
- *	 aggregates rows one level down, which are already set.
+ *	 a cell above, when a value leaving it was at or beyond its extreme, is
+ *	 the least of its children's mins, read from the aggregates rows one
+ *	 level down, which are already set.
  *
- * State, not a record of each value, is the truth a leaf is read anew
- * from: it costs an index scan of the leaf's keys only when its extreme
- * leaves, and nothing for the values that do not matter.  Accumulate mode
- * never takes a value out (map_stage refuses deltas that would), so its
- * cells are never set anew.
- *
- * A leaf reads its keys, all of them, far more often than it must: the
- * next extreme is almost always among the few values nearest it.  So a
- * leaf keeps, in aggregates.extrema_reserve, a reserve of its least and
- * greatest values of each min_max slot (EXTREMA_RESERVE_KEEP of each, with the
- * meaning of a CellExtList: without more all of them, with more every value
- * before the last listed is listed), and map stages with each cell's
- * change the few least and greatest values entering and leaving it
- * (cell.h).  Reduce takes the leaving values out of the reserve and puts
- * the entering ones in, as far as all three lists know every value (up to
- * the earliest last value of a list with more); the reserve's first value
- * is the extreme.  Only a reserve left knowing nothing, or none kept yet
- * (NULL: a leaf made before 1.16 or by rebuild()), makes the leaf read its
- * keys, which fills the reserve anew.
+ * State, not a record of each value, is the truth: a leaf's keys are read
+ * only when its reserve runs out, and nothing is kept of the values that
+ * do not matter.  Accumulate mode never takes a value out (map_stage
+ * refuses deltas that would), so its cells are never set anew.
  *
  *-------------------------------------------------------------------------
  */
@@ -516,9 +509,9 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill)
 /*
  * ExtremaApply sets anew the min and max of the cells the aggregates upsert
  * returned (rows: ctid, keys, total, level, the dimensions, then min and
- * max of each min_max slot) whose extreme may have left, but for those in
- * gone, deleted already: level by level from the leaves.  fill: whether a
- * leaf may fill its reserve from state (LeafApply).
+ * max of each min_max slot, then the reserve) whose extreme may have left,
+ * but for those in gone, deleted already: level by level from the leaves.
+ * fill: whether a leaf may fill its reserve from state (LeafApply).
  */
 void
 ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fill)
