@@ -67,7 +67,7 @@ PG_FUNCTION_INFO_V1(exactonce_set_shards);
 /* column names a dimension may not take */
 static const char *const reserved_columns[] = {
 	"key", "version", "value", "deleted", "event_time", "ingest_slot", "ingest_id",
-	"level", "total", "keys", "updated_at", "reason", "failed_at", NULL
+	"level", "total", "keys", "updated_at", "reason", "failed_at", PIPELINE_RESERVE_COLUMN, NULL
 };
 
 /*

@@ -219,49 +219,52 @@ BuildVerifyReserves(Pipeline *p)
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		nlists += p->min_max[slot] ? 2 : 0;
 	initStringInfo(&sql);
-	appendStringInfoString(&sql, "WITH v AS (SELECT ");
-	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
-	for (int slot = 0, n = 0; slot <= p->nmeasures; slot++)
-		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
-		{
-			const char *m = quote_identifier(PipelineExtremumName(p, slot));
-
-			appendStringInfo(&sql, "%spg_catalog.array_agg(%s ORDER BY %s%s) FILTER (WHERE %s IS NOT NULL) AS l%d",
-							 n++ ? ", " : "", m, m, hi ? " DESC" : "", m, slot * 2 + hi);
-		}
-	appendStringInfo(&sql, " FROM %s.state WHERE NOT deleted GROUP BY ", s);
-	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(p->dims[i]));
-	appendStringInfo(&sql, "), r AS (SELECT a.*, COALESCE(pg_catalog.cardinality(a." PIPELINE_RESERVE_COLUMN ")"
-					 " OPERATOR(pg_catalog.=) %d", nlists * EXTREMA_RESERVE_STRIDE);
+	appendStringInfoString(&sql, "WITH r AS (SELECT ");
+	AppendCellName(&sql, p, "a");
+	appendStringInfo(&sql, " AS cell, a." PIPELINE_RESERVE_COLUMN " AS e,"
+					 " COALESCE(pg_catalog.cardinality(a." PIPELINE_RESERVE_COLUMN ") OPERATOR(pg_catalog.=) %d",
+					 nlists * EXTREMA_RESERVE_STRIDE);
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++, list++)
 		{
 			int			o = list * EXTREMA_RESERVE_STRIDE;
-			char	   *e = psprintf("a." PIPELINE_RESERVE_COLUMN);
+			const char *e = "a." PIPELINE_RESERVE_COLUMN;
 			char	   *n = psprintf("%s[%d]::pg_catalog.int4", e, o + 2);
 
+			/* more is 0 or 1, then n values, then NULLs */
 			appendStringInfo(&sql, " AND %1$s[%2$d] OPERATOR(pg_catalog.=) ANY ('{0,1}')"
-							 " AND %3$s OPERATOR(pg_catalog.<=) %4$d AND CASE WHEN %3$s OPERATOR(pg_catalog.=) 0"
+							 " AND %3$s BETWEEN 0 AND %4$d"
+							 " AND pg_catalog.cardinality(pg_catalog.array_remove(%1$s[%6$d OPERATOR(pg_catalog.+) %3$s:%7$d], NULL))"
+							 " OPERATOR(pg_catalog.=) 0"
+			/* none without more: the leaf has none; else its first values */
+							 " AND CASE WHEN %3$s OPERATOR(pg_catalog.=) 0"
 							 " THEN %1$s[%2$d] OPERATOR(pg_catalog.=) 0 AND v.l%5$d IS NULL"
 							 " ELSE %1$s[%6$d:%6$d OPERATOR(pg_catalog.+) %3$s OPERATOR(pg_catalog.-) 1]"
 							 " OPERATOR(pg_catalog.=) v.l%5$d[1:%3$s] AND (%1$s[%2$d] OPERATOR(pg_catalog.=) 1"
 							 " OR pg_catalog.cardinality(v.l%5$d) OPERATOR(pg_catalog.=) %3$s) END",
-							 e, o + 1, n, EXTREMA_RESERVE_KEEP, slot * 2 + hi, o + 3);
+							 e, o + 1, n, EXTREMA_RESERVE_KEEP, list, o + 3, o + EXTREMA_RESERVE_STRIDE);
 		}
-	appendStringInfo(&sql, ", false) AS fits FROM %s.aggregates a LEFT JOIN v ON true", s);
+	appendStringInfo(&sql, ", false) AS fits FROM %s.aggregates a LEFT JOIN LATERAL (SELECT ", s);
+	list = 0;
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++, list++)
+		{
+			const char *m = quote_identifier(PipelineExtremumName(p, slot));
+
+			appendStringInfo(&sql, "%spg_catalog.array_agg(st.%s ORDER BY st.%s%s) FILTER (WHERE st.%s IS NOT NULL) AS l%d",
+							 list ? ", " : "", m, m, hi ? " DESC" : "", m, list);
+		}
+	appendStringInfo(&sql, " FROM %s.state st WHERE NOT st.deleted", s);
 	for (int i = 0; i < p->ndims; i++)
-		appendStringInfo(&sql, " AND v.%1$s OPERATOR(pg_catalog.=) a.%1$s", quote_identifier(p->dims[i]));
-	appendStringInfo(&sql, " WHERE a.level OPERATOR(pg_catalog.=) %d AND a." PIPELINE_RESERVE_COLUMN " IS NOT NULL)"
+		appendStringInfo(&sql, " AND st.%1$s OPERATOR(pg_catalog.=) a.%1$s", quote_identifier(p->dims[i]));
+	appendStringInfo(&sql, ") v ON true WHERE a.level OPERATOR(pg_catalog.=) %d AND a." PIPELINE_RESERVE_COLUMN " IS NOT NULL)"
 					 " SELECT 'reserves'::pg_catalog.text, NULL::pg_catalog.text,"
 					 " pg_catalog.format('%%s leaf cells keep a reserve of their extremes, %%s differ from state',"
-					 " pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT fits)),"
-					 " pg_catalog.bool_and(fits) IS NOT FALSE FROM r"
-					 " UNION ALL (SELECT 'reserve', pg_catalog.format('level %d %%s', ", p->ndims, p->ndims);
-	AppendCellName(&sql, p, "r");
-	appendStringInfoString(&sql, "), pg_catalog.format('" PIPELINE_RESERVE_COLUMN ": %s', r."
-						   PIPELINE_RESERVE_COLUMN "), false FROM r WHERE NOT fits ORDER BY 2)");
+					 " pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT r.fits)),"
+					 " pg_catalog.bool_and(r.fits) IS NOT FALSE FROM r"
+					 " UNION ALL (SELECT 'reserve', pg_catalog.format('level %d %%s', r.cell),"
+					 " pg_catalog.format('" PIPELINE_RESERVE_COLUMN ": %%s', r.e), false FROM r WHERE NOT r.fits ORDER BY 2)",
+					 p->ndims, p->ndims);
 	return sql.data;
 }
 

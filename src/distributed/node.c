@@ -65,13 +65,49 @@ CheckPassword(UserMapping *um, Oid owner, const char *servername)
 }
 
 /*
+ * ConnectDeadline is when a connection attempt begun now gives up under
+ * connect_timeout (the servers' option, the environment's or a service
+ * file's, as libpq took it), or 0 for never.  libpq gives each host its
+ * own connect_timeout (at least 2 s); so does this, all hosts together.
+ */
+static TimestampTz
+ConnectDeadline(PGconn *conn)
+{
+	PQconninfoOption *opts = PQconninfo(conn);
+	long		seconds = 0;
+	int			hosts = 1;
+
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++)
+	{
+		if (o->val == NULL)
+			continue;
+		if (strcmp(o->keyword, "connect_timeout") == 0)
+			seconds = strtol(o->val, NULL, 10);
+		else if (strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0)
+		{
+			int			n = 1;
+
+			for (const char *c = o->val; *c; c++)
+				n += *c == ',';
+			hosts = Max(hosts, n);
+		}
+	}
+	PQconninfoFree(opts);
+	if (seconds <= 0)
+		return 0;
+	/* at most a day a host: no overflow, and no wait that long matters */
+	seconds = Min(Max(seconds, 2), SECS_PER_DAY) * hosts;
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seconds * 1000);
+}
+
+/*
  * NodeConnectWait opens a connection as PQconnectdbParams does, but waits
  * for the node on the latch and the socket, so that a cancel, a timeout or
  * a shutdown interrupts the wait: a node that stops answering (a process
  * stopped, a network that drops what it is sent) holds the backend no
  * longer than its statement_timeout, where libpq's own wait would hold it
  * until the node answered.  connect_timeout, which libpq keeps only in its
- * own wait, bounds this one.
+ * own wait, bounds this one (ConnectDeadline).
  */
 static PGconn *
 NodeConnectWait(const char **keywords, const char **values, const char *servername)
@@ -82,10 +118,7 @@ NodeConnectWait(const char **keywords, const char **values, const char *serverna
 
 	if (conn == NULL || PQstatus(conn) == CONNECTION_BAD)
 		return conn;
-	for (int i = 0; keywords[i] != NULL; i++)
-		if (strcmp(keywords[i], "connect_timeout") == 0 && atoi(values[i]) > 0)
-			deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												   Max(atoi(values[i]), 2) * 1000);
+	deadline = ConnectDeadline(conn);
 	PG_TRY();
 	{
 		while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)

@@ -484,8 +484,26 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill)
 		return;
 	if (read)
 		ReserveFill(p, rows, r, res);
-	else if (!changed)
-		return;
+	else
+	{
+		/*
+		 * The upsert took in the least entering value, which may have left
+		 * again in a later batch merged with it: the reserve says
+		 */
+		col = 5 + p->ndims;
+		for (int slot = 0; slot <= p->nmeasures && !changed; slot++)
+			for (int hi = 0; p->min_max[slot] && hi <= 1 && !changed; hi++, col++)
+			{
+				Reserve    *e = &res[2 * slot + hi];
+				Datum		now = SPI_getbinval(rows->vals[r], rows->tupdesc, col, &isnull);
+
+				changed = isnull != (e->n == 0) ||
+					(!isnull && DatumGetInt32(DirectFunctionCall2(numeric_cmp, now,
+																  NumericGetDatum(e->v[0]))) != 0);
+			}
+		if (!changed)
+			return;
+	}
 
 	types[nargs] = TIDOID;
 	values[nargs] = SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull);

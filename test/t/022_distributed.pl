@@ -575,9 +575,16 @@ my $hung = "INSERT INTO hung.ingest (key, version, value, d) SELECT 'k' || i, 1,
 kill 'STOP', $nodes[1]->{_pid};
 my $timed_out = 0;
 ($rc, $out, $err) = $coord->psql($db, "SET statement_timeout = '2s'; $hung", timeout => 120, timed_out => \$timed_out);
+my ($rc2, $out2, $err2);
+my $timed_out2 = 0;
+$coord->safe_psql($db, "ALTER SERVER node2 OPTIONS (ADD connect_timeout '2')");
+($rc2, $out2, $err2) = $coord->psql($db, $hung, timeout => 120, timed_out => \$timed_out2);
+$coord->safe_psql($db, "ALTER SERVER node2 OPTIONS (DROP connect_timeout)");
 kill 'CONT', $nodes[1]->{_pid};
 ok(!$timed_out, 'a statement through the coordinator does not wait on a node that stopped answering');
 like($err, qr/statement timeout/, 'statement_timeout cancels it while it connects');
+ok(!$timed_out2 && $err2 =~ /could not connect to server "node2".*\n.*connect_timeout/,
+	'so does the server\'s connect_timeout, naming the server');
 $coord->safe_psql($db, $hung);
 $coord->safe_psql($db, "SELECT exactonce.flush('hung')");
 is($coord->safe_psql($db, "SELECT sum(keys) FROM hung.aggregates WHERE level = 0"),
