@@ -44,6 +44,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 
 #include "catalog/statement.h"
 #include "engine/cell.h"
@@ -92,7 +93,9 @@ AppendExtremaColumns(StringInfo sql, Pipeline *p)
 }
 
 /*
- * BuildExtremaSet: set a leaf's min and max and its reserve, by ctid.
+ * BuildExtremaSet: set the min and max and the reserve of leaves, by ctid,
+ * all in one statement: $1 the ctids, then each min and max, then the
+ * reserves as text (a numeric[] each).
  */
 static const char *
 BuildExtremaSet(Pipeline *p)
@@ -101,16 +104,24 @@ BuildExtremaSet(Pipeline *p)
 	int			arg = 2;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s.aggregates SET (", quote_identifier(p->name));
+	appendStringInfo(&sql, "UPDATE %s.aggregates a SET (", quote_identifier(p->name));
 	AppendExtremaColumns(&sql, p);
 	appendStringInfoString(&sql, ", " PIPELINE_RESERVE_COLUMN ") = (");
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		if (p->min_max[slot])
+			appendStringInfo(&sql, "u.lo%d, u.hi%d, ", slot, slot);
+	appendStringInfoString(&sql, "u.r::numeric[]) FROM unnest($1::tid[]");
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
 		{
-			appendStringInfo(&sql, "$%d::numeric, $%d::numeric, ", arg, arg + 1);
+			appendStringInfo(&sql, ", $%d::numeric[], $%d::numeric[]", arg, arg + 1);
 			arg += 2;
 		}
-	appendStringInfo(&sql, "$%d::numeric[]) WHERE ctid = $1", arg);
+	appendStringInfo(&sql, ", $%d::text[]) AS u(t", arg);
+	for (int slot = 0; slot <= p->nmeasures; slot++)
+		if (p->min_max[slot])
+			appendStringInfo(&sql, ", lo%d, hi%d", slot, slot);
+	appendStringInfoString(&sql, ", r) WHERE a.ctid = u.t");
 	return sql.data;
 }
 
@@ -422,6 +433,20 @@ ReserveFill(Pipeline *p, SPITupleTable *rows, uint64 r, Reserve *res)
 }
 
 /*
+ * The leaves a batch sets (BuildExtremaSet), gathered by LeafApply: their
+ * ctids, each min and max ([2 * slot + hi], NULL for none), the reserves
+ * (NULL for none kept).
+ */
+typedef struct LeafSet
+{
+	int			n;
+	Datum	   *tids;
+	Numeric    *ext[2 * (1 + EXACTONCE_MAX_MEASURES)];
+	Datum	   *reserves;
+	bool	   *nokeep;
+}			LeafSet;
+
+/*
  * LeafApply sets a leaf's min and max anew from its reserve, taking in the
  * leaf's change; what the reserve cannot tell is read from state.  A leaf
  * without a reserve (NULL) but new in the batch starts from none; any
@@ -431,14 +456,10 @@ ReserveFill(Pipeline *p, SPITupleTable *rows, uint64 r, Reserve *res)
  * staged but not applied is in state, its values would be counted twice.
  */
 static void
-LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill)
+LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, LeafSet * set)
 {
 	Reserve		res[2 * (1 + EXACTONCE_MAX_MEASURES)];
-	Oid			types[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
-	Datum		values[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
-	char		nulls[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
-	int			col = 5 + p->ndims,
-				nargs = 0;
+	int			col = 5 + p->ndims;
 	bool		isnull,
 				known,
 				read = false,
@@ -505,22 +526,18 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill)
 			return;
 	}
 
-	types[nargs] = TIDOID;
-	values[nargs] = SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull);
-	nulls[nargs++] = ' ';
+	set->tids[set->n] = SPI_getbinval(rows->vals[r], rows->tupdesc, 1, &isnull);
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		for (int hi = 0; p->min_max[slot] && hi <= 1; hi++)
 		{
 			Reserve    *e = &res[2 * slot + hi];
 
-			types[nargs] = NUMERICOID;
-			values[nargs] = e->n > 0 ? NumericGetDatum(e->v[0]) : (Datum) 0;
-			nulls[nargs++] = e->n > 0 ? ' ' : 'n';
+			set->ext[2 * slot + hi][set->n] = e->n > 0 ? e->v[0] : NULL;
 		}
-	types[nargs] = NUMERICARRAYOID;
-	values[nargs] = read && !fill ? (Datum) 0 : ReserveDatum(p, res);
-	nulls[nargs++] = read && !fill ? 'n' : ' ';
-	StatementExec(StatementPrepare(p, BuildExtremaSet, nargs, types), values, nulls, 1);
+	set->nokeep[set->n] = read && !fill;
+	set->reserves[set->n] = set->nokeep[set->n] ? (Datum) 0 :
+		CStringGetTextDatum(OidOutputFunctionCall(F_ARRAY_OUT, ReserveDatum(p, res)));
+	set->n++;
 }
 
 
@@ -540,9 +557,16 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 	uint32	   *masks = palloc(sizeof(uint32) * Max(n, 1));
 	bool	   *anew = palloc0(sizeof(bool) * Max(n, 1));
 	bool		any = false;
+	LeafSet		set;
 
 	if (p->mode == PIPELINE_ACCUMULATE)
 		return;
+	set.n = 0;
+	set.tids = palloc(sizeof(Datum) * Max(n, 1));
+	set.reserves = palloc(sizeof(Datum) * Max(n, 1));
+	set.nokeep = palloc(sizeof(bool) * Max(n, 1));
+	for (int i = 0; i < 2 * (1 + p->nmeasures); i++)
+		set.ext[i] = p->min_max[i / 2] ? palloc(sizeof(Numeric) * Max(n, 1)) : NULL;
 
 	/* the grouping of each row, by its NULL dimensions, and whether to set it */
 	for (uint64 r = 0; r < n; r++)
@@ -568,7 +592,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 				 p->name);
 		if (masks[r] == leaf)
 		{
-			LeafApply(p, cell, rows, r, fill);
+			LeafApply(p, cell, rows, r, fill, &set);
 			continue;
 		}
 		for (int slot = 0; cell->change.ext != NULL && slot <= p->nmeasures; slot++)
@@ -580,6 +604,28 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 			col += 2;
 		}
 		any |= anew[r];
+	}
+
+	/* the leaves first, in one statement */
+	if (set.n > 0)
+	{
+		Oid			types[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
+		Datum		values[2 + 2 * (1 + EXACTONCE_MAX_MEASURES)];
+		int			nargs = 0;
+
+		types[nargs] = TIDARRAYOID;
+		values[nargs++] = PointerGetDatum(construct_array(set.tids, set.n, TIDOID,
+														  sizeof(ItemPointerData), false,
+														  TYPALIGN_SHORT));
+		for (int i = 0; i < 2 * (1 + p->nmeasures); i++)
+			if (set.ext[i] != NULL)
+			{
+				types[nargs] = NUMERICARRAYOID;
+				values[nargs++] = StatementNumericArray(set.ext[i], set.n);
+			}
+		types[nargs] = TEXTARRAYOID;
+		values[nargs++] = StatementTextArray(set.reserves, set.nokeep, set.n);
+		StatementExec(StatementPrepare(p, BuildExtremaSet, nargs, types), values, NULL, set.n);
 	}
 	if (!any)
 		return;
