@@ -55,30 +55,32 @@ SELECT item, ok FROM exactonce.verify('mm') WHERE NOT ok;
 SELECT exactonce.drop_pipeline('mm'), exactonce.drop_pipeline('mc');
 DROP TABLE sent, rounds;
 
--- a leaf keeps a reserve of its least and greatest values (a batch lists
--- four of each, here two batches, one per shard): when its min leaves, the next comes from the
+-- a leaf of more than 64 keys keeps a reserve of its least and greatest
+-- values (a batch lists four of each): when its min leaves, the next comes from the
 -- reserve without reading the leaf's keys through index state_cell; only
 -- a reserve emptied reads them, and fills itself again
-SELECT exactonce.create_pipeline('rs', ARRAY['a'], min_max => ARRAY['value']);
+SELECT exactonce.create_pipeline('rs', ARRAY['a'], shards => 1, min_max => ARRAY['value']);
 CREATE FUNCTION reads() RETURNS bigint LANGUAGE sql AS
 $$SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelid = 'rs.state_cell'::regclass$$;
-INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 40) i;
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 100) i;
 SELECT exactonce.flush('rs') AS flushed;
 SELECT pg_stat_force_next_flush();
 SELECT value_min, value_max, extrema_reserve, reads() AS reads FROM rs.aggregates WHERE level = 1 \gset
 SELECT :value_min, :value_max, :'extrema_reserve';
 -- the min and the max leave, each replaced from the reserve
-INSERT INTO rs.ingest (key, version, value, a) VALUES ('k1', 2, 100, 'x'), ('k40', 2, 39.5, 'x');
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k1', 2, 50.5, 'x'), ('k100', 2, 49.5, 'x');
 SELECT exactonce.flush('rs') AS flushed;
 SELECT pg_stat_force_next_flush();
 SELECT value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1;
 -- the rest of the reserve of least values leaves: one read
-INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 2, 100, 'x' FROM generate_series(2, 7) i;
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 2, 50, 'x' FROM generate_series(2, 7) i;
 SELECT exactonce.flush('rs') AS flushed;
 SELECT pg_stat_force_next_flush();
 SELECT value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1;
--- and a leaf new in the batch starts its reserve from its values
-INSERT INTO rs.ingest (key, version, value, a) VALUES ('k8', 2, 100, 'x'), ('k41', 1, -3, 'y');
+-- and a leaf new in the batch, of more than 64 keys, starts its reserve
+-- from its values
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k8', 2, 50, 'x'
+UNION ALL SELECT 'k' || i, 1, -i, 'y' FROM generate_series(101, 170) i;
 SELECT exactonce.flush('rs') AS flushed;
 SELECT pg_stat_force_next_flush();
 SELECT a, value_min, value_max, extrema_reserve, reads() - :reads AS reads FROM rs.aggregates WHERE level = 1 ORDER BY a;
@@ -90,8 +92,8 @@ SELECT exactonce.drop_pipeline('rs');
 DROP FUNCTION reads();
 -- verify() reads a pipeline whose dimensions are named as its own columns
 -- might be; the reserve's column is no dimension's name
-SELECT exactonce.create_pipeline('rn', ARRAY['l0', 'fits'], min_max => ARRAY['value']);
-INSERT INTO rn.ingest (key, version, value, l0, fits) VALUES ('a', 1, 1, 'x', 'y'), ('b', 1, 2, 'x', 'y');
+SELECT exactonce.create_pipeline('rn', ARRAY['l0', 'fits'], shards => 1, min_max => ARRAY['value']);
+INSERT INTO rn.ingest (key, version, value, l0, fits) SELECT 'k' || i, 1, i, 'x', 'y' FROM generate_series(1, 70) i;
 SELECT exactonce.flush('rn') AS flushed;
 SELECT item, detail FROM exactonce.verify('rn') WHERE item = 'reserves';
 SELECT exactonce.drop_pipeline('rn');
@@ -103,27 +105,27 @@ SELECT exactonce.create_pipeline('rx', ARRAY['extrema_reserve'], min_max => ARRA
 -- waits (reduce_apply() of an earlier token) sets its min from state but
 -- keeps no reserve, or the batch's values would count twice once applied
 SELECT exactonce.create_pipeline('rs', ARRAY['a'], min_max => ARRAY['value']);
-INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 1, 10 * i, 'x' FROM generate_series(1, 10) i;
+INSERT INTO rs.ingest (key, version, value, a) SELECT 'k' || i, 1, 10 * i, 'x' FROM generate_series(1, 100) i;
 SELECT exactonce.flush('rs') AS flushed;
 CREATE TEMP TABLE tokens (n int, token bytea);
 INSERT INTO tokens SELECT 1, exactonce.map_stage('rs', ARRAY(SELECT d FROM exactonce.state_upsert('rs',
 	(SELECT array_agg(e) FROM (SELECT 'k' || i AS key, 2::bigint AS version, (1000 + i)::numeric AS value, 'x' AS a
-							   FROM generate_series(1, 10) i) e)) d));
+							   FROM generate_series(1, 100) i) e)) d));
 INSERT INTO tokens SELECT 2, exactonce.map_stage('rs', ARRAY(SELECT d FROM exactonce.state_upsert('rs',
-	(SELECT array_agg(e) FROM (VALUES ('k11', 1::bigint, 5::numeric, 'x')) e(key, version, value, a))) d));
+	(SELECT array_agg(e) FROM (VALUES ('k101', 1::bigint, 5::numeric, 'x')) e(key, version, value, a))) d));
 SELECT exactonce.reduce_apply('rs', ARRAY(SELECT token FROM tokens WHERE n = 1)) AS applied;
 SELECT value_min, extrema_reserve FROM rs.aggregates WHERE level = 1;
 SELECT exactonce.reduce_apply('rs', ARRAY(SELECT token FROM tokens WHERE n = 2)) AS applied;
-INSERT INTO rs.ingest (key, version, value, a) VALUES ('k11', 2, 2000, 'x');
+INSERT INTO rs.ingest (key, version, value, a) VALUES ('k101', 2, 2000, 'x');
 SELECT exactonce.flush('rs') AS flushed;
 SELECT value_min, value_max FROM rs.aggregates WHERE level = 1;
 SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;
 -- a value that enters and leaves in batches applied together is no
 -- extreme: the upsert took it in, the reserve sets the min back
 INSERT INTO tokens SELECT 3, exactonce.map_stage('rs', ARRAY(SELECT d FROM exactonce.state_upsert('rs',
-	(SELECT array_agg(e) FROM (VALUES ('k12', 1::bigint, 7::numeric, 'x', false)) e(key, version, value, a, deleted))) d));
+	(SELECT array_agg(e) FROM (VALUES ('k102', 1::bigint, 7::numeric, 'x', false)) e(key, version, value, a, deleted))) d));
 INSERT INTO tokens SELECT 4, exactonce.map_stage('rs', ARRAY(SELECT d FROM exactonce.state_upsert('rs',
-	(SELECT array_agg(e) FROM (VALUES ('k12', 2::bigint, 7::numeric, 'x', true)) e(key, version, value, a, deleted))) d));
+	(SELECT array_agg(e) FROM (VALUES ('k102', 2::bigint, 7::numeric, 'x', true)) e(key, version, value, a, deleted))) d));
 SELECT exactonce.reduce_apply('rs') AS applied;
 SELECT value_min, value_max, extrema_reserve IS NOT NULL AS kept FROM rs.aggregates WHERE level = 1;
 SELECT item, ok FROM exactonce.verify('rs') WHERE NOT ok;

@@ -433,6 +433,12 @@ ReserveFill(Pipeline *p, SPITupleTable *rows, uint64 r, Reserve *res)
 }
 
 /*
+ * A leaf of this many keys or fewer starts no reserve: reading its keys
+ * when its extreme leaves costs less than writing a reserve each batch.
+ */
+#define RESERVE_MIN_KEYS	(8 * EXTREMA_RESERVE_KEEP)
+
+/*
  * The leaves a batch sets (BuildExtremaSet), gathered by LeafApply: their
  * ctids, each min and max ([2 * slot + hi], NULL for none), the reserves
  * (NULL for none kept).
@@ -450,8 +456,8 @@ typedef struct LeafSet
  * LeafApply sets a leaf's min and max anew from its reserve, taking in the
  * leaf's change; what the reserve cannot tell is read from state.  A leaf
  * without a reserve (NULL) but new in the batch starts from none; any
- * other is read only when its extreme may have left, as before 1.16.  A
- * reserve is filled from state only where fill says that state holds what
+ * other is read only when its extreme may have left, as before 1.16; a leaf
+ * of RESERVE_MIN_KEYS keys or fewer starts none.  A reserve is filled from state only where fill says that state holds what
  * the aggregates will once the change is in, no more: where a batch
  * staged but not applied is in state, its values would be counted twice.
  */
@@ -460,6 +466,7 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
 {
 	Reserve		res[2 * (1 + EXACTONCE_MAX_MEASURES)];
 	int			col = 5 + p->ndims;
+	int64		keys;
 	bool		isnull,
 				known,
 				read = false,
@@ -470,6 +477,7 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
 		return;
 	for (int slot = 0; slot <= p->nmeasures; slot++)
 		col += p->min_max[slot] ? 2 : 0;
+	keys = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc, 2, &isnull));
 	d = SPI_getbinval(rows->vals[r], rows->tupdesc, col, &isnull);
 	if (!isnull)
 	{
@@ -480,8 +488,7 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
 	else
 	{
 		/* a leaf with no keys before the batch had no values */
-		known = DatumGetInt64(SPI_getbinval(rows->vals[r], rows->tupdesc, 2, &isnull)) ==
-			cell->change.keys;
+		known = keys == cell->change.keys && keys > RESERVE_MIN_KEYS;
 		for (int i = 0; known && i < 2 * (1 + p->nmeasures); i++)
 		{
 			res[i].n = 0;
@@ -534,7 +541,7 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
 
 			set->ext[2 * slot + hi][set->n] = e->n > 0 ? e->v[0] : NULL;
 		}
-	set->nokeep[set->n] = read && !fill;
+	set->nokeep[set->n] = read && (!fill || keys <= RESERVE_MIN_KEYS);
 	set->reserves[set->n] = set->nokeep[set->n] ? (Datum) 0 :
 		CStringGetTextDatum(OidOutputFunctionCall(F_ARRAY_OUT, ReserveDatum(p, res)));
 	set->n++;
