@@ -63,6 +63,36 @@ SELECT ingested, applied, duplicates, stale FROM exactonce.pipelines WHERE name 
 SELECT exactonce.release('ext', 'consumer', 1);
 SELECT count(*) AS kept FROM ext.ledger;
 
+-- the token is the SHA-256 of the batch's canonical encoding, computed here
+-- from the deltas alone: sorted by key (bytes), version, cell, key change
+-- and total; a header of the numbers of dimensions and measures; each text
+-- and number length-prefixed (numbers without trailing zeros), a NULL
+-- measure as four 0xFF bytes.  A retry after an upgrade stages the same
+-- batch under the same token only while this holds.
+SELECT exactonce.create_pipeline('tok', ARRAY['desk'], measures => ARRAY['qty']);
+CREATE TABLE batch3 AS
+SELECT key, version + 1 AS version, value * 3 AS value, 'd' || (length(key) % 2) AS desk,
+	   CASE WHEN version % 2 = 0 THEN NULL ELSE value / 7 END AS qty
+FROM batch2;
+SELECT count(*) > 0 AS first FROM exactonce.state_upsert('tok', (SELECT array_agg(e) FROM batch1 e));
+CREATE TEMP TABLE deltas AS SELECT d FROM exactonce.state_upsert('tok', (SELECT array_agg(e) FROM batch3 e)) d;
+SELECT count(*) FILTER (WHERE (d).keys = -1) > 0 AND count(*) FILTER (WHERE (d).keys = 1) > 0
+	   AND count(*) FILTER (WHERE (d).measures[1] IS NULL) > 0 AS deltas_of_every_kind
+FROM deltas;
+CREATE FUNCTION pg_temp.len_text(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
+	AS $$ SELECT int4send(octet_length(t)) || convert_to(t, 'UTF8') $$;
+SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas)) =
+	   sha256(int8send(1) || int8send(1) || (
+		   SELECT string_agg(pg_temp.len_text((d).key) || int8send((d).version) || pg_temp.len_text((d).cell[1])
+							 || pg_temp.len_text(trim_scale((d).total)::text) || int8send((d).keys)
+							 || coalesce(pg_temp.len_text(trim_scale((d).measures[1])::text), '\xffffffff'),
+							 ''::bytea
+							 ORDER BY (d).key COLLATE "C", (d).version, (d).cell[1] COLLATE "C", (d).keys,
+									  (d).total, (d).measures[1] NULLS FIRST)
+		   FROM deltas)) AS token_is_sha256_of_canonical_deltas;
+DROP TABLE batch3, deltas;
+SELECT exactonce.drop_pipeline('tok', force => true);
+
 DROP VIEW mismatches;
 DROP TABLE batch1, batch2;
 SELECT exactonce.drop_pipeline('ext');

@@ -113,7 +113,7 @@ static PGconn *
 NodeConnectWait(const char **keywords, const char **values, const char *servername)
 {
 	PGconn	   *volatile conn = PQconnectStartParams(keywords, values, false);
-	volatile	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+	volatile PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 	TimestampTz deadline = 0;
 
 	if (conn == NULL || PQstatus(conn) == CONNECTION_BAD)

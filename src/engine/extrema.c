@@ -450,7 +450,7 @@ typedef struct LeafSet
 	Numeric    *ext[2 * (1 + EXACTONCE_MAX_MEASURES)];
 	Datum	   *reserves;
 	bool	   *nokeep;
-}			LeafSet;
+} LeafSet;
 
 /*
  * LeafApply sets a leaf's min and max anew from its reserve, taking in the
@@ -462,7 +462,7 @@ typedef struct LeafSet
  * staged but not applied is in state, its values would be counted twice.
  */
 static void
-LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, LeafSet * set)
+LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, LeafSet *set)
 {
 	Reserve		res[2 * (1 + EXACTONCE_MAX_MEASURES)];
 	int			col = 5 + p->ndims;
