@@ -31,6 +31,8 @@
 #include "access/relscan.h"
 #include "access/tableam.h"
 #include "catalog/pg_am_d.h"
+#include "utils/fmgroids.h"
+#include "utils/pg_locale.h"
 #include "utils/rel.h"
 
 #include "utils/keyprobe.h"
@@ -68,6 +70,34 @@ SameBytesOrOrder(PG_FUNCTION_ARGS)
 			if (VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 				memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0)
 				PG_RETURN_INT32(0);
+	return FunctionCall2Coll((FmgrInfo *) fcinfo->flinfo->fn_extra, PG_GET_COLLATION(),
+							 PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
+}
+
+/*
+ * BytesOrder is the order of text in collation "C" and of bytea, the order
+ * of the state stage's keys: byte by byte, the shorter first where one is
+ * the other's start.  It is what the types' own order functions do there,
+ * without their calls and detoasting for the plain values an index holds;
+ * any other value goes to the column's own order (fn_extra).
+ */
+static Datum
+BytesOrder(PG_FUNCTION_ARGS)
+{
+	struct varlena *a = (struct varlena *) PG_GETARG_POINTER(0);
+	struct varlena *b = (struct varlena *) PG_GETARG_POINTER(1);
+
+	if ((!VARATT_IS_EXTENDED(a) || VARATT_IS_SHORT(a)) &&
+		(!VARATT_IS_EXTENDED(b) || VARATT_IS_SHORT(b)))
+	{
+		int			la = VARSIZE_ANY_EXHDR(a);
+		int			lb = VARSIZE_ANY_EXHDR(b);
+		int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+		if (c == 0)
+			c = (la > lb) - (la < lb);
+		PG_RETURN_INT32(c);
+	}
 	return FunctionCall2Coll((FmgrInfo *) fcinfo->flinfo->fn_extra, PG_GET_COLLATION(),
 							 PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
 }
@@ -114,7 +144,10 @@ KeyProbeBegin(Relation heap, Relation index, Snapshot snap)
 									   index->rd_indcollation[i], order, (Datum) 0);
 		if (TupleDescAttr(RelationGetDescr(index), i)->attlen == -1)
 		{
-			sk->sk_func.fn_addr = SameBytesOrOrder;
+			bool		bytes = order->fn_oid == F_BYTEACMP ||
+			(order->fn_oid == F_BTTEXTCMP && lc_collate_is_c(index->rd_indcollation[i]));
+
+			sk->sk_func.fn_addr = bytes ? BytesOrder : SameBytesOrOrder;
 			sk->sk_func.fn_extra = order;
 		}
 	}
