@@ -40,54 +40,7 @@
 #include "distributed/link.h"
 #include "distributed/node.h"
 
-#define LINK_QUIET_MS	10000	/* what an abort waits for a node */
-
 static HTAB *links = NULL;
-
-/*
- * LinkDrain reads what a node answers until it is done, ending a COPY it
- * still waits on as failed, without raising an error (for the abort
- * callbacks): 1 if every answer was a success, 0 if one was an error, -1 if
- * the connection failed or end passed.
- */
-static int
-LinkDrain(Link *link, TimestampTz end)
-{
-	int			ok = 1;
-
-	for (;;)
-	{
-		int			flushed = PQflush(link->conn);
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
-		PGresult   *res;
-
-		if (flushed < 0 || left <= 0)
-			return -1;
-		if (flushed == 0 && !PQisBusy(link->conn))
-		{
-			res = PQgetResult(link->conn);
-			if (res == NULL)
-				return ok;
-			if (PQresultStatus(res) == PGRES_COPY_IN)
-			{
-				if (PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
-					ok = -1;
-			}
-			else if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-				ok = 0;
-			PQclear(res);
-			if (ok < 0)
-				return ok;
-			continue;
-		}
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
-								 WL_EXIT_ON_PM_DEATH | (flushed ? WL_SOCKET_WRITEABLE : 0),
-								 PQsocket(link->conn), left, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		if (!PQconsumeInput(link->conn))
-			return -1;
-	}
-}
 
 /*
  * LinkSendQuiet sends a statement on a link after the statements it owes,
@@ -112,22 +65,22 @@ LinkSendQuiet(Link *link, const char *sql)
 /*
  * LinkQuiet fails what a link was doing for a failed statement, then runs
  * sql there, without raising an error, and tells whether it succeeded
- * within LINK_QUIET_MS.  A COPY the node has not started yet is failed by
- * LinkDrain once it has.
+ * within NODE_QUIET_MS.  A COPY the node has not started yet is failed by
+ * NodeDrain once it has.
  */
 static bool
 LinkQuiet(Link *link, const char *sql)
 {
-	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LINK_QUIET_MS);
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), NODE_QUIET_MS);
 
 	if (link->copying && !link->starting &&
 		PQputCopyEnd(link->conn, "the statement at the coordinator failed") != 1)
 		return false;
 	link->copying = link->starting = link->ending = false;
 	resetStringInfo(&link->buf);
-	if (LinkDrain(link, end) < 0 || !LinkSendQuiet(link, sql))
+	if (NodeDrain(link->conn, end) < 0 || !LinkSendQuiet(link, sql))
 		return false;
-	return LinkDrain(link, end) == 1;
+	return NodeDrain(link->conn, end) == 1;
 }
 
 /*

@@ -1595,7 +1595,7 @@ MoveSwitch(Move *mv, Distributed *d, Partition *part, bool new_node)
  * MoveUndo gives up a move that stands on neither node: each node's
  * prepared half is rolled back, and the first node's queue takes the
  * range's events again, the parked ones first.  False if a node could not
- * be reached.
+ * be reached, or did not answer within NODE_QUIET_MS for each step.
  */
 static bool
 MoveUndo(Move *mv)
@@ -1605,25 +1605,14 @@ MoveUndo(Move *mv)
 
 	for (int i = 1; i >= 0; i--)
 	{
-		PGresult   *res = PQexec(mv->conns[i], mv->prepared[i] ?
-								 psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(mv->gid)) : "ROLLBACK");
-
-		if (PQresultStatus(res) == PGRES_COMMAND_OK)
+		if (NodeQuiet(mv->conns[i], mv->prepared[i] ?
+					  psprintf("ROLLBACK PREPARED %s", quote_literal_cstr(mv->gid)) : "ROLLBACK", 0, NULL))
 			mv->prepared[i] = false;
 		else
 			ok = false;
-		PQclear(res);
 	}
-	if (ok)
-	{
-		PGresult   *res = PQexecParams(mv->conns[0],
-									   "SELECT exactonce.move_keys_unpark($1, $2::integer, $3::integer)",
-									   3, NULL, params, NULL, NULL, 0);
-
-		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-		PQclear(res);
-	}
-	return ok;
+	return ok && NodeQuiet(mv->conns[0], "SELECT exactonce.move_keys_unpark($1, $2::integer, $3::integer)",
+						   3, params);
 }
 
 /*

@@ -13,7 +13,8 @@
  * with the server's own credentials.  The wait for a node's answer is on
  * the latch, so a cancel or statement_timeout interrupts it and cancels the
  * statement there; the connection itself waits at most the server's
- * connect_timeout.
+ * connect_timeout.  What is sent while failing already (a cancel, a
+ * rollback) waits for the node at most NODE_QUIET_MS and raises nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -311,6 +312,139 @@ NodeRaise(PGconn *conn, const char *servername, PGresult *res)
 }
 
 /*
+ * NodeDrain reads what a node still answers on conn until it is done,
+ * ending a COPY it waits on as failed, without raising an error and
+ * without taking interrupts (the caller is failing already): 1 if every
+ * answer was a success, 0 if one was an error, -1 if the connection failed
+ * or end passed.
+ */
+int
+NodeDrain(PGconn *conn, TimestampTz end)
+{
+	int			ok = 1;
+
+	for (;;)
+	{
+		int			flushed = PQflush(conn);
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
+		PGresult   *res;
+
+		if (flushed < 0 || left <= 0)
+			return -1;
+		if (flushed == 0 && !PQisBusy(conn))
+		{
+			res = PQgetResult(conn);
+			if (res == NULL)
+				return ok;
+			if (PQresultStatus(res) == PGRES_COPY_IN)
+			{
+				if (PQputCopyEnd(conn, "the statement at the coordinator failed") != 1)
+					ok = -1;
+			}
+			else if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+				ok = 0;
+			PQclear(res);
+			if (ok < 0)
+				return ok;
+			continue;
+		}
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
+								 WL_EXIT_ON_PM_DEATH | (flushed ? WL_SOCKET_WRITEABLE : 0),
+								 PQsocket(conn), left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		if (!PQconsumeInput(conn))
+			return -1;
+	}
+}
+
+/*
+ * NodeQuiet runs one statement with text parameters on conn, after what
+ * the node still answers, as NodeDrain waits: true if it succeeded within
+ * NODE_QUIET_MS.  It raises no error.
+ */
+bool
+NodeQuiet(PGconn *conn, const char *sql, int nparams, const char **params)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), NODE_QUIET_MS);
+
+	return NodeDrain(conn, end) >= 0 &&
+		PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0) == 1 &&
+		NodeDrain(conn, end) == 1;
+}
+
+/*
+ * NodeCancel cancels the statement that conn's backend runs on the node,
+ * as pg_cancel_backend() from a connection of its own to the same host and
+ * port with the same options, waiting at most NODE_QUIET_MS in all and
+ * raising nothing.  libpq's PQcancel would wait for the node's postmaster
+ * without a bound and deaf to interrupts (PostgreSQL 15): a node that
+ * stopped answering would hold the backend for good.
+ */
+static void
+NodeCancel(PGconn *conn)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), NODE_QUIET_MS);
+	PQconninfoOption *opts = PQconninfo(conn);
+	const char *keywords[128];
+	const char *values[128];
+	int			n = 0;
+	PGconn	   *c;
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+	char		pid[16];
+	const char *params[1] = {pid};
+
+	if (opts == NULL || PQbackendPID(conn) == 0)
+	{
+		PQconninfoFree(opts);
+		return;
+	}
+	for (PQconninfoOption *o = opts; o->keyword != NULL && n < lengthof(keywords) - 3; o++)
+	{
+		/* the host the backend is on, not another of a list */
+		if (o->val == NULL || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+			strcmp(o->keyword, "port") == 0)
+			continue;
+		keywords[n] = o->keyword;
+		values[n++] = o->val;
+	}
+	keywords[n] = "host";
+	values[n++] = PQhost(conn);
+	if (PQhostaddr(conn) != NULL && PQhostaddr(conn)[0] != '\0')
+	{
+		keywords[n] = "hostaddr";
+		values[n++] = PQhostaddr(conn);
+	}
+	keywords[n] = "port";
+	values[n++] = PQport(conn);
+	keywords[n] = NULL;
+	values[n] = NULL;
+
+	c = PQconnectStartParams(keywords, values, false);
+	PQconninfoFree(opts);
+	while (c != NULL && PQstatus(c) != CONNECTION_BAD &&
+		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
+		int			rc;
+
+		if (left <= 0)
+			break;
+		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+							   (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
+							   PQsocket(c), left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+			status = PQconnectPoll(c);
+	}
+	snprintf(pid, sizeof(pid), "%d", PQbackendPID(conn));
+	if (status == PGRES_POLLING_OK && PQsetnonblocking(c, 1) == 0 &&
+		PQsendQueryParams(c, "SELECT pg_catalog.pg_cancel_backend($1::integer)", 1, NULL, params,
+						  NULL, NULL, 0) == 1)
+		(void) NodeDrain(c, end);
+	PQfinish(c);
+}
+
+/*
  * NodeWait returns the result of what was sent on an open connection to the
  * node of a server, which the caller clears.  An error there is raised
  * here, with its SQLSTATE, naming the server; a lost connection is 08006.
@@ -327,14 +461,7 @@ NodeWait(PGconn *conn, const char *servername)
 	}
 	PG_CATCH();
 	{
-		PGcancel   *cancel = PQgetCancel(conn);
-		char		buf[256];
-
-		if (cancel)
-		{
-			(void) PQcancel(cancel, buf, sizeof(buf));
-			PQfreeCancel(cancel);
-		}
+		NodeCancel(conn);
 		PQclear(res);
 		PG_RE_THROW();
 	}

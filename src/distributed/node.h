@@ -9,9 +9,15 @@
 #define EXACTONCE_NODE_H
 
 #include "libpq-fe.h"
+#include "utils/timestamp.h"
+
+/* what a statement that is failing already waits for a node */
+#define NODE_QUIET_MS	10000
 
 extern PGconn *NodeConnect(Oid owner, const char *servername);
 extern PGresult *NodeWait(PGconn *conn, const char *servername);
+extern int	NodeDrain(PGconn *conn, TimestampTz end);
+extern bool NodeQuiet(PGconn *conn, const char *sql, int nparams, const char **params);
 extern PGresult *NodeRun(PGconn *conn, const char *servername, const char *sql,
 						 int nparams, const char **params);
 extern char *NodeValue(PGresult *res, int col);

@@ -400,7 +400,31 @@ ok( $nodes[0]->poll_query_until(
 		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'SELECT exactonce.flush%'"),
 	'and the flush on the node is cancelled');
 $holder->query_safe('ROLLBACK');
+
+# and when the node stops answering meanwhile (its postmaster stopped, so
+# that a cancel request is accepted by the kernel and never served), the
+# cancel gives up after a while rather than waiting for the node for good
+$holder->query_safe('BEGIN');
+$holder->query_safe('SELECT * FROM trades.progress FOR UPDATE');
+my ($fin, $fout, $ferr) = ('', '', '');
+my $flush = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $coord->connstr($db), '-c', "SET statement_timeout = '3s'; SELECT exactonce.flush('trades')" ],
+	'<', \$fin, '>', \$fout, '2>', \$ferr,
+	IPC::Run::timeout(120));
+ok( $nodes[0]->poll_query_until(
+		$db, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'SELECT exactonce.flush%' AND wait_event_type = 'Lock'"),
+	'a flush through the coordinator waits for the node');
+kill 'STOP', $nodes[0]->{_pid};
+my $flush_hung = !eval { $flush->finish; 1 };
+kill 'CONT', $nodes[0]->{_pid};
+$flush->kill_kill if $flush_hung;
+ok(!$flush_hung, 'statement_timeout ends the flush at the coordinator though the node\'s postmaster stopped');
+like($ferr, qr/canceling statement due to statement timeout/, 'with the timeout\'s error');
+$holder->query_safe('ROLLBACK');
 $holder->quit;
+ok( $nodes[0]->poll_query_until(
+		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'SELECT exactonce.flush%'"),
+	'and the node lets the flush go once it answers again');
 
 # drop at the coordinator drops every node's pipeline
 $coord->safe_psql($db, "SELECT exactonce.drop_pipeline('trades')");
