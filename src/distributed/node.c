@@ -437,7 +437,11 @@ NodeCancel(PGconn *conn)
 			status = PQconnectPoll(c);
 	}
 	snprintf(pid, sizeof(pid), "%d", PQbackendPID(conn));
-	if (status == PGRES_POLLING_OK && PQsetnonblocking(c, 1) == 0 &&
+
+	/* logged in as conn was: with its password where it used one */
+	if (status == PGRES_POLLING_OK &&
+		(!PQconnectionUsedPassword(conn) || PQconnectionUsedPassword(c)) &&
+		PQsetnonblocking(c, 1) == 0 &&
 		PQsendQueryParams(c, "SELECT pg_catalog.pg_cancel_backend($1::integer)", 1, NULL, params,
 						  NULL, NULL, 0) == 1)
 		(void) NodeDrain(c, end);
