@@ -97,96 +97,40 @@ DeltaCmpAll(const void *a, const void *b, void *arg)
 }
 
 /*
- * TokenHash gathers the encoding's bytes and hands them to SHA-256 a
- * buffer at a time: a delta is a dozen short fields, and each call into
- * the digest costs more than hashing a few bytes.  The bytes hashed are
- * the same either way, so is the token.
- */
-typedef struct TokenHash
-{
-	pg_cryptohash_ctx *ctx;
-	int			used;
-	uint8		buf[8192];
-} TokenHash;
-
-/*
- * HashFlush hands what the buffer holds to the digest.
- */
-static void
-HashFlush(TokenHash *th)
-{
-	if (th->used > 0 && pg_cryptohash_update(th->ctx, th->buf, th->used) < 0)
-		elog(ERROR, "could not update SHA-256: %s", pg_cryptohash_error(th->ctx));
-	th->used = 0;
-}
-
-/*
- * HashBytes feeds len bytes into the hash.
- */
-static void
-HashBytes(TokenHash *th, const void *data, size_t len)
-{
-	if (th->used + len > sizeof(th->buf))
-	{
-		HashFlush(th);
-		if (len > sizeof(th->buf))
-		{
-			if (pg_cryptohash_update(th->ctx, data, len) < 0)
-				elog(ERROR, "could not update SHA-256: %s", pg_cryptohash_error(th->ctx));
-			return;
-		}
-	}
-	memcpy(th->buf + th->used, data, len);
-	th->used += len;
-}
-
-/*
  * HashText feeds a length-prefixed text into the hash.
  */
 static void
-HashText(TokenHash *th, text *t)
+HashText(pg_cryptohash_ctx *ctx, text *t)
 {
 	uint32		len = pg_hton32(VARSIZE_ANY_EXHDR(t));
 
-	HashBytes(th, &len, sizeof(len));
-	HashBytes(th, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
+	pg_cryptohash_update(ctx, (uint8 *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 }
 
 /*
  * HashInt64 feeds a big-endian int64 into the hash.
  */
 static void
-HashInt64(TokenHash *th, int64 v)
+HashInt64(pg_cryptohash_ctx *ctx, int64 v)
 {
 	uint64		be = pg_hton64((uint64) v);
 
-	HashBytes(th, &be, sizeof(be));
+	pg_cryptohash_update(ctx, (uint8 *) &be, sizeof(be));
 }
 
 /*
  * HashNumeric feeds a normalised, length-prefixed numeric into the hash.
  */
 static void
-HashNumeric(TokenHash *th, Numeric n)
+HashNumeric(pg_cryptohash_ctx *ctx, Numeric n)
 {
 	char	   *num = numeric_normalize(n);
-	size_t		slen = strlen(num);
-	uint32		len = pg_hton32(slen);
+	uint32		len = pg_hton32(strlen(num));
 
-	HashBytes(th, &len, sizeof(len));
-	HashBytes(th, num, slen);
+	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
+	pg_cryptohash_update(ctx, (uint8 *) num, strlen(num));
 	pfree(num);
-}
-
-/*
- * HashNone feeds the mark of a NULL measure or distinct value.
- */
-static void
-HashNone(TokenHash *th)
-{
-	uint32		none = 0xFFFFFFFF;
-
-	HashBytes(th, &none, sizeof(none));
 }
 
 /*
@@ -200,7 +144,7 @@ static void
 DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 {
 	Delta	  **sorted = palloc(sizeof(Delta *) * n);
-	TokenHash  *th = palloc(sizeof(TokenHash));
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 
 	for (int i = 0; i < n; i++)
 		sorted[i] = &deltas[i];
@@ -209,46 +153,46 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 	else
 		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
 
-	th->ctx = pg_cryptohash_create(PG_SHA256);
-	th->used = 0;
-	if (pg_cryptohash_init(th->ctx) < 0)
-		elog(ERROR, "could not initialize SHA-256: %s", pg_cryptohash_error(th->ctx));
-	HashInt64(th, p->ndims);
+	if (pg_cryptohash_init(ctx) < 0)
+		elog(ERROR, "could not initialize SHA-256: %s", pg_cryptohash_error(ctx));
+	HashInt64(ctx, p->ndims);
 	if (p->nmeasures > 0)
-		HashInt64(th, p->nmeasures);
+		HashInt64(ctx, p->nmeasures);
 	if (p->ndistinct > 0)
-		HashInt64(th, p->ndistinct);
+		HashInt64(ctx, p->ndistinct);
 	for (int i = 0; i < n; i++)
 	{
 		Delta	   *d = sorted[i];
 
 		CHECK_FOR_INTERRUPTS();
-		HashText(th, d->key);
-		HashInt64(th, d->version);
+		HashText(ctx, d->key);
+		HashInt64(ctx, d->version);
 		for (int j = 0; j < p->ndims; j++)
-			HashText(th, (text *) DatumGetPointer(d->cell[j]));
-		HashNumeric(th, d->total);
-		HashInt64(th, d->keys);
+			HashText(ctx, (text *) DatumGetPointer(d->cell[j]));
+		HashNumeric(ctx, d->total);
+		HashInt64(ctx, d->keys);
 		for (int j = 0; j < p->nmeasures; j++)
 		{
+			uint32		none = 0xFFFFFFFF;
+
 			if (d->measures[j] == NULL)
-				HashNone(th);
+				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
 			else
-				HashNumeric(th, d->measures[j]);
+				HashNumeric(ctx, d->measures[j]);
 		}
 		for (int j = 0; j < p->ndistinct; j++)
 		{
+			uint32		none = 0xFFFFFFFF;
+
 			if (d->distincts[j] == (Datum) 0)
-				HashNone(th);
+				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
 			else
-				HashText(th, (text *) DatumGetPointer(d->distincts[j]));
+				HashText(ctx, (text *) DatumGetPointer(d->distincts[j]));
 		}
 	}
-	HashFlush(th);
-	if (pg_cryptohash_final(th->ctx, token, EXACTONCE_TOKEN_LEN) < 0)
-		elog(ERROR, "could not finalize SHA-256: %s", pg_cryptohash_error(th->ctx));
-	pg_cryptohash_free(th->ctx);
-	pfree(th);
+	if (pg_cryptohash_final(ctx, token, EXACTONCE_TOKEN_LEN) < 0)
+		elog(ERROR, "could not finalize SHA-256: %s", pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
 	pfree(sorted);
 }
 
