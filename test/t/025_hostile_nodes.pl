@@ -106,6 +106,20 @@ as('bob', "INSERT INTO bobs.ingest (key, version, value, d) SELECT 'k' || i, 1, 
 like($coord->safe_psql($db, "SELECT exactonce.flush('bobs')"), qr/^\d+$/,
 	'a superuser flushes it, through the owner\'s mapping');
 is($node->safe_psql($db, 'SELECT count(*) FROM bobs.state'), '10', 'which drains the node');
+
+# a flush of the owner's that waits on the node is cancelled there when the
+# coordinator's statement_timeout ends it: the cancel logs in as the
+# owner's connection did, with the mapping's password
+my $holder = $node->background_psql($db);
+$holder->query_safe('BEGIN');
+$holder->query_safe('SELECT * FROM bobs.progress FOR UPDATE');
+like(failure($coord, "SET statement_timeout = '2s'; SELECT exactonce.flush('bobs')", 'bob'),
+	qr/^57014: canceling statement due to statement timeout/, 'the owner\'s flush waiting on the node times out');
+ok( $node->poll_query_until(
+		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'SELECT exactonce.flush%'"),
+	'and is cancelled on the node, the cancel logged in with the password');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
 $coord->safe_psql($db, "SELECT exactonce.pause('bobs')");
 is($node->safe_psql($db, "SELECT paused FROM exactonce.pipelines WHERE name = 'bobs'"),
 	't', 'a superuser pauses it');
