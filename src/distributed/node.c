@@ -102,6 +102,43 @@ ConnectDeadline(PGconn *conn)
 }
 
 /*
+ * ConnectPoll takes a connection begun with PQconnectStartParams as far as
+ * it goes before deadline (0: none), waiting on the latch and the socket,
+ * and returns where it stands.  Interruptible, a cancel, a timeout or a
+ * shutdown ends the wait with an error; otherwise only deadline does (for
+ * a caller that is failing already).
+ */
+static PostgresPollingStatusType
+ConnectPoll(PGconn *conn, TimestampTz deadline, bool interruptible)
+{
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
+	while (PQstatus(conn) != CONNECTION_BAD &&
+		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		long		timeout = -1;
+		int			rc;
+
+		if (deadline != 0)
+		{
+			timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if (timeout <= 0)
+				break;
+		}
+		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+							   (deadline != 0 ? WL_TIMEOUT : 0) |
+							   (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
+							   PQsocket(conn), timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		if (interruptible)
+			CHECK_FOR_INTERRUPTS();
+		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+			status = PQconnectPoll(conn);
+	}
+	return PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : status;
+}
+
+/*
  * NodeConnectWait opens a connection as PQconnectdbParams does, but waits
  * for the node on the latch and the socket, so that a cancel, a timeout or
  * a shutdown interrupts the wait: a node that stops answering (a process
@@ -114,34 +151,13 @@ static PGconn *
 NodeConnectWait(const char **keywords, const char **values, const char *servername)
 {
 	PGconn	   *volatile conn = PQconnectStartParams(keywords, values, false);
-	volatile PostgresPollingStatusType status = PGRES_POLLING_WRITING;
-	TimestampTz deadline = 0;
+	volatile PostgresPollingStatusType status = PGRES_POLLING_FAILED;
 
 	if (conn == NULL || PQstatus(conn) == CONNECTION_BAD)
 		return conn;
-	deadline = ConnectDeadline(conn);
 	PG_TRY();
 	{
-		while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
-		{
-			long		timeout = -1;
-			int			rc;
-
-			if (deadline != 0)
-			{
-				timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-				if (timeout <= 0)
-					break;
-			}
-			rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
-								   (deadline != 0 ? WL_TIMEOUT : 0) |
-								   (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
-								   PQsocket(conn), timeout, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
-				status = PQconnectPoll(conn);
-		}
+		status = ConnectPoll(conn, ConnectDeadline(conn), true);
 	}
 	PG_CATCH();
 	{
@@ -389,7 +405,6 @@ NodeCancel(PGconn *conn)
 	const char *values[128];
 	int			n = 0;
 	PGconn	   *c;
-	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 	char		pid[16];
 	const char *params[1] = {pid};
 
@@ -398,7 +413,8 @@ NodeCancel(PGconn *conn)
 		PQconninfoFree(opts);
 		return;
 	}
-	for (PQconninfoOption *o = opts; o->keyword != NULL && n < lengthof(keywords) - 3; o++)
+	/* room for host, hostaddr, port and the end */
+	for (PQconninfoOption *o = opts; o->keyword != NULL && n < lengthof(keywords) - 4; o++)
 	{
 		/* the host the backend is on, not another of a list */
 		if (o->val == NULL || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
@@ -421,25 +437,10 @@ NodeCancel(PGconn *conn)
 
 	c = PQconnectStartParams(keywords, values, false);
 	PQconninfoFree(opts);
-	while (c != NULL && PQstatus(c) != CONNECTION_BAD &&
-		   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
-	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
-		int			rc;
-
-		if (left <= 0)
-			break;
-		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
-							   (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
-							   PQsocket(c), left, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
-			status = PQconnectPoll(c);
-	}
 	snprintf(pid, sizeof(pid), "%d", PQbackendPID(conn));
 
 	/* logged in as conn was: with its password where it used one */
-	if (status == PGRES_POLLING_OK &&
+	if (c != NULL && ConnectPoll(c, end, false) == PGRES_POLLING_OK &&
 		(!PQconnectionUsedPassword(conn) || PQconnectionUsedPassword(c)) &&
 		PQsetnonblocking(c, 1) == 0 &&
 		PQsendQueryParams(c, "SELECT pg_catalog.pg_cancel_backend($1::integer)", 1, NULL, params,

@@ -51,6 +51,9 @@ struct KeyProbe
 	int			maxtids;
 };
 
+/* a varlena as an index holds it: neither compressed nor out of line */
+#define PLAIN_VARLENA(v) (!VARATT_IS_EXTENDED(v) || VARATT_IS_SHORT(v))
+
 /*
  * SameBytesOrOrder is the order of a variable-length key column, for the
  * probe's binary searches: two values of the same bytes are equal (every
@@ -65,11 +68,9 @@ SameBytesOrOrder(PG_FUNCTION_ARGS)
 	struct varlena *a = (struct varlena *) PG_GETARG_POINTER(0);
 	struct varlena *b = (struct varlena *) PG_GETARG_POINTER(1);
 
-	if (!VARATT_IS_EXTENDED(a) || VARATT_IS_SHORT(a))
-		if (!VARATT_IS_EXTENDED(b) || VARATT_IS_SHORT(b))
-			if (VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-				memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0)
-				PG_RETURN_INT32(0);
+	if (PLAIN_VARLENA(a) && PLAIN_VARLENA(b) && VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0)
+		PG_RETURN_INT32(0);
 	return FunctionCall2Coll((FmgrInfo *) fcinfo->flinfo->fn_extra, PG_GET_COLLATION(),
 							 PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
 }
@@ -87,8 +88,7 @@ BytesOrder(PG_FUNCTION_ARGS)
 	struct varlena *a = (struct varlena *) PG_GETARG_POINTER(0);
 	struct varlena *b = (struct varlena *) PG_GETARG_POINTER(1);
 
-	if ((!VARATT_IS_EXTENDED(a) || VARATT_IS_SHORT(a)) &&
-		(!VARATT_IS_EXTENDED(b) || VARATT_IS_SHORT(b)))
+	if (PLAIN_VARLENA(a) && PLAIN_VARLENA(b))
 	{
 		int			la = VARSIZE_ANY_EXHDR(a);
 		int			lb = VARSIZE_ANY_EXHDR(b);
