@@ -126,8 +126,6 @@ LinkLost(Link *link)
 void
 LinkPut(Link *link)
 {
-	int			rc;
-
 	if (link->starting)
 	{
 		link->starting = false;
@@ -136,14 +134,7 @@ LinkPut(Link *link)
 	if (link->buf.len > 0 && PQputCopyData(link->conn, link->buf.data, link->buf.len) != 1)
 		LinkLost(link);
 	resetStringInfo(&link->buf);
-	while ((rc = PQflush(link->conn)) == 1)
-	{
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_EXIT_ON_PM_DEATH,
-								 PQsocket(link->conn), -1L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	if (rc < 0)
+	if (!NodeFlush(link->conn))
 		LinkLost(link);
 }
 
@@ -422,11 +413,6 @@ LinkGet(Oid owner, const char *servername)
 	{
 		link->stale = false;
 		link->conn = NodeConnect(owner, servername);
-		if (PQsetnonblocking(link->conn, 1) != 0)
-		{
-			LinkClose(link);
-			elog(ERROR, "could not make the connection to server \"%s\" nonblocking", servername);
-		}
 	}
 	if (link->depth == 0)
 	{

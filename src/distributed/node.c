@@ -254,29 +254,54 @@ NodeConnect(Oid owner, const char *servername)
 				 errhint("The user mapping for server \"%s\" must carry a password the node asks for.",
 						 servername)));
 	}
+	/* every wait on a node is on the latch: libpq must never block */
+	if (PQsetnonblocking(conn, 1) != 0)
+	{
+		PQfinish(conn);
+		elog(ERROR, "could not make the connection to server \"%s\" nonblocking", servername);
+	}
 	return conn;
+}
+
+/*
+ * NodeFlush sends what conn holds unsent, waiting on the latch and the
+ * socket while the node takes no more, so that a cancel, a timeout or a
+ * shutdown interrupts the wait: false if the connection failed.  What the
+ * node sends meanwhile is read, as libpq asks of a nonblocking connection:
+ * a node writing its notices may not be reading until they are.
+ */
+bool
+NodeFlush(PGconn *conn)
+{
+	int			flushed;
+
+	while ((flushed = PQflush(conn)) == 1)
+	{
+		int			rc = WaitLatchOrSocket(MyLatch,
+										   WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_SOCKET_READABLE |
+										   WL_EXIT_ON_PM_DEATH,
+										   PQsocket(conn), -1L, PG_WAIT_EXTENSION);
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if ((rc & WL_SOCKET_READABLE) && !PQconsumeInput(conn))
+			return false;
+	}
+	return flushed == 0;
 }
 
 /*
  * NodeResult waits for the last result of the query sent on conn, on the
  * latch and the socket, so that a cancel, a timeout or a shutdown
- * interrupts the wait.  What a nonblocking connection has not sent yet is
- * sent first.  A COPY's start is returned as it comes: the data follow.
+ * interrupts the wait.  What the connection has not sent yet is sent
+ * first.  A COPY's start is returned as it comes: the data follow.
  */
 static PGresult *
 NodeResult(PGconn *conn)
 {
 	PGresult   *last = NULL;
-	int			flushed;
 
-	while ((flushed = PQflush(conn)) == 1)
-	{
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_WRITEABLE | WL_EXIT_ON_PM_DEATH,
-								 PQsocket(conn), -1L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	if (flushed < 0)
+	if (!NodeFlush(conn))
 		return NULL;
 	for (;;)
 	{
@@ -533,44 +558,61 @@ NodeExec(Oid owner, const char *servername, const char *sql, int nparams, const 
 /*
  * NodeCopy copies rows from one node to another: what out_sql (a COPY ...
  * TO STDOUT) sends on from is fed to in_sql (a COPY ... FROM STDIN) on to,
- * as it comes.  Returns how many rows the second node took.  The waits are
- * on the latch, as NodeWait's; an error on either node is raised naming it.
+ * as it comes, a buffer at a time, sending no more while the second node
+ * takes none.  Returns how many rows the second node took.  Every wait is
+ * on the latch; an error on either node is raised naming it, and an
+ * interrupt cancels the statements on both.
  */
 int64
 NodeCopy(PGconn *from, const char *fromserver, const char *out_sql,
 		 PGconn *to, const char *toserver, const char *in_sql)
 {
+	StringInfoData buf;
 	PGresult   *res;
 	int64		rows;
 
 	PQclear(NodeRun(to, toserver, in_sql, 0, NULL));
 	PQclear(NodeRun(from, fromserver, out_sql, 0, NULL));
-	for (;;)
+	initStringInfo(&buf);
+	PG_TRY();
 	{
-		char	   *buf;
-		int			len;
-
-		CHECK_FOR_INTERRUPTS();
-		len = PQgetCopyData(from, &buf, 1);
-		if (len > 0)
+		for (;;)
 		{
-			if (PQputCopyData(to, buf, len) != 1)
+			char	   *data;
+			int			len = PQgetCopyData(from, &data, 1);
+
+			CHECK_FOR_INTERRUPTS();
+			if (len > 0)
 			{
-				PQfreemem(buf);
-				NodeRaise(to, toserver, NULL);
+				appendBinaryStringInfo(&buf, data, len);
+				PQfreemem(data);
 			}
-			PQfreemem(buf);
-			continue;
+			if ((len < 0 && buf.len > 0) || buf.len >= NODE_COPY_BUFFER)
+			{
+				if (PQputCopyData(to, buf.data, buf.len) != 1 || !NodeFlush(to))
+					NodeRaise(to, toserver, NULL);
+				resetStringInfo(&buf);
+			}
+			if (len < 0)
+				break;
+			if (len > 0)
+				continue;
+			(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
+									 PQsocket(from), -1L, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if (!PQconsumeInput(from))
+				NodeRaise(from, fromserver, NULL);
 		}
-		if (len < 0)
-			break;
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_EXIT_ON_PM_DEATH,
-								 PQsocket(from), -1L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (!PQconsumeInput(from))
-			NodeRaise(from, fromserver, NULL);
 	}
+	PG_CATCH();
+	{
+		NodeCancel(to);
+		NodeCancel(from);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	pfree(buf.data);
 	/* the end of the COPY out, or its error */
 	PQclear(NodeWait(from, fromserver));
 	if (PQputCopyEnd(to, NULL) != 1)

@@ -14,7 +14,11 @@
 /* what a statement that is failing already waits for a node */
 #define NODE_QUIET_MS	10000
 
+/* the COPY data a copy between nodes gathers before it sends them on */
+#define NODE_COPY_BUFFER	65536
+
 extern PGconn *NodeConnect(Oid owner, const char *servername);
+extern bool NodeFlush(PGconn *conn);
 extern PGresult *NodeWait(PGconn *conn, const char *servername);
 extern int	NodeDrain(PGconn *conn, TimestampTz end);
 extern bool NodeQuiet(PGconn *conn, const char *sql, int nparams, const char **params);

@@ -23,6 +23,10 @@
 # 5. The old node stopped with -m immediate in the middle of a move: the
 #    move is cut off, the events parked survive the crash, and move_keys()
 #    again makes the move with them.
+# 6. The new node stops reading the parked events the switch copies to it
+#    (its COPY waits on a lock): the copy waits on the coordinator's latch,
+#    not in libpq, so statement_timeout ends the move, cancelling the
+#    statements on both nodes, and move_keys() again finishes it.
 
 use strict;
 use warnings;
@@ -255,5 +259,84 @@ $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 0, 'nod
 cmp_ok($moved, '>', 0, "move_keys() again makes the move ($moved keys)");
 is(server_of(8, 0), 'node2', 'the coordinator sends the range to the new node');
 exact('after the old node was killed in the middle of a move');
+
+# 6. both halves of a move of (8, 4) committed, as in 4, and 30,000 events
+# parked after; node2's queue takes none of them while a lock is held (a
+# check on it waits for the lock at the first parked key, with no lock
+# timeout), so the switch's COPY stops being read once the sockets'
+# buffers are full
+$gid = 'exactonce_move:trades:8:4:1';
+$nodes[0]->safe_psql($db, "SELECT exactonce.move_keys_park('trades', 8, 4, 'node2'); SELECT exactonce.flush('trades')");
+($state, $dead, $horizon) = split /\n/, $nodes[0]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT replace(state, E'\\n', '') || E'\\n' || replace(coalesce(dead_letters, ''), E'\\n', '')
+	|| E'\\n' || coalesce(horizon::text, '')
+FROM exactonce.move_keys_out('trades', 8, 4, 'node2', '$gid');
+PREPARE TRANSACTION '$gid';
+}), -1;
+$nodes[1]->safe_psql(
+	$db, qq{
+BEGIN;
+SELECT exactonce.move_keys_in('trades', 8, 4, 'node1', '$gid', \$m\$$state\$m\$, NULL,
+	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
+PREPARE TRANSACTION '$gid';
+});
+$nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
+$nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
+my $parked_events = q{
+SELECT key, 1::bigint AS version, (i % 1000) / 10.0 AS value,
+	(ARRAY['Delta', 'Vega', 'Gamma'])[1 + i % 3] AS risk_type, 'EMEA' AS region,
+	'Rates' AS trade_desk, false AS deleted
+FROM (SELECT 'parked' || i AS key, i FROM generate_series(1, 240000) i) k
+WHERE exactonce.key_bucket(key, 8) = 4};
+my $first = $coord->safe_psql($db, "SELECT key FROM ($parked_events) e ORDER BY value, key LIMIT 1");
+for my $sql ("$parked_events AND key = '$first'", "$parked_events AND key <> '$first'")
+{
+	$nodes[0]->safe_psql($db,
+		"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $sql");
+	$coord->safe_psql($db,
+		"INSERT INTO truth $sql; INSERT INTO sent SELECT count(*) FROM ($sql) e");
+}
+$parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4');
+cmp_ok($parked, '>', 25000, "events parked after both halves committed ($parked)");
+$nodes[1]->safe_psql(
+	$db, qq{
+CREATE FUNCTION public.stall(k text) RETURNS boolean LANGUAGE sql
+	AS \$\$ SELECT CASE WHEN k = '$first' THEN (SELECT true FROM pg_advisory_xact_lock_shared(64)) ELSE true END \$\$;
+ALTER TABLE trades.ingest ADD CONSTRAINT stall CHECK (public.stall(key)) NOT VALID;
+});
+my $locker = $nodes[1]->background_psql($db);
+$locker->query_safe('SELECT pg_advisory_lock(64)');
+($mout, $merr) = ('', '');
+my $started = time;
+$move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-d', $coord->connstr($db),
+		'-c', "SET statement_timeout = '5s'", '-c', 'SET exactonce.move_lock_timeout = 0',
+		'-c', "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"
+	],
+	'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
+ok( $nodes[1]->poll_query_until(
+		$db, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+	'the switch copies the parked events to node2, which stops taking them');
+my $hung = !eval { $move->finish; 1 };
+my $took = time - $started;
+$locker->query_safe('SELECT pg_advisory_unlock(64)') if $hung;
+$move->kill_kill if $hung;
+ok(!$hung, "statement_timeout ends the switch's copy while node2 takes nothing ($took s)");
+like($merr, qr/is cut off half way: .*canceling statement due to statement timeout/,
+	'the move is cut off half way by the timeout, saying so');
+ok( $nodes[1]->poll_query_until(
+		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+	'and the copy on node2 is cancelled, though node2 still holds the lock');
+is($nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4'),
+	$parked, 'node1 keeps the parked events');
+$locker->quit;
+$nodes[1]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall; DROP FUNCTION public.stall(text)');
+is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"),
+	'0', 'move_keys() again finishes the move');
+is(server_of(8, 4), 'node2', 'the coordinator sends the range to the new node');
+exact('after a switch whose copy the new node stopped taking');
 
 done_testing();
