@@ -93,6 +93,25 @@ SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas)) =
 DROP TABLE batch3, deltas;
 SELECT exactonce.drop_pipeline('tok', force => true);
 
+-- the stage functions and the wait read the latest committed state: a
+-- transaction snapshot is refused, each before it touches anything
+\set VERBOSITY terse
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SAVEPOINT s;
+SELECT * FROM exactonce.state_upsert('ext', (SELECT array_agg(e) FROM batch1 e));
+ROLLBACK TO s;
+SELECT exactonce.map_stage('ext', ARRAY[]::exactonce.delta[], source => 'consumer', source_position => 3);
+ROLLBACK TO s;
+SELECT exactonce.reduce_apply('ext');
+ROLLBACK TO s;
+SELECT exactonce.release('ext', 'consumer', 2);
+ROLLBACK TO s;
+SELECT exactonce.wait_applied('ext', '1 second');
+ROLLBACK;
+\set VERBOSITY default
+SELECT count(*) AS still_kept FROM ext.ledger;
+SELECT * FROM mismatches;
+
 DROP VIEW mismatches;
 DROP TABLE batch1, batch2;
 SELECT exactonce.drop_pipeline('ext');

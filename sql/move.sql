@@ -275,14 +275,23 @@ SELECT exactonce.flush('pk') > 0 AS flushed;
 SELECT exactonce.drop_pipeline('pk');
 DROP TABLE pk_sent;
 
--- a role that does not own the pipeline cannot take its keys
+-- a role that does not own the pipeline cannot take its keys, nor see its
+-- moves, which the owner and pg_read_all_stats see
 CREATE ROLE mv_stranger;
+CREATE ROLE mv_stats IN ROLE pg_read_all_stats;
+SELECT count(*) > 0 AS owner_sees_moves FROM exactonce.key_moves WHERE pipeline = 'mv';
+SET ROLE mv_stats;
+SELECT count(*) > 0 AS stats_role_sees_moves FROM exactonce.key_moves WHERE pipeline = 'mv';
 SET ROLE mv_stranger;
+SELECT count(*) AS stranger_sees_moves FROM exactonce.key_moves;
+SELECT pg_temp.err($$SELECT count(*) FROM exactonce.key_move$$);
 SELECT pg_temp.err($$SELECT exactonce.move_keys_out('mv', 2, 0, 'node2', 'g')$$);
 SELECT pg_temp.err($$SELECT exactonce.move_keys_park('mv', 2, 0, 'node2')$$);
 SELECT pg_temp.err($$SELECT exactonce.move_keys_unpark('mv', 2, 0)$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 2, 0, 'node2', 'g', '', NULL, NULL, NULL)$$);
+SELECT pg_temp.err($$SELECT exactonce.move_keys_settle('mv', 2, 0)$$);
 RESET ROLE;
-DROP ROLE mv_stranger;
+DROP ROLE mv_stranger, mv_stats;
 SELECT exactonce.drop_pipeline('mv');
 SELECT exactonce.drop_pipeline('acc');
 SELECT exactonce.drop_pipeline('win');

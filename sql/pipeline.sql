@@ -96,4 +96,38 @@ SELECT exactonce.create_pipeline('trades', ARRAY['desk']);
 SELECT name, dimensions FROM exactonce.pipelines;
 SELECT exactonce.drop_pipeline('trades');
 
+-- a trigger, an index or a column the owner adds to state or seen, which
+-- the state stage writes directly, is refused before anything is written,
+-- and the pipeline goes on once it is gone
+SELECT exactonce.create_pipeline('planted', ARRAY['d']);
+SELECT exactonce.create_pipeline('planted_acc', ARRAY['d'], 'accumulate');
+INSERT INTO planted.ingest (key, version, value, d) VALUES ('a', 1, 1, 'x'), ('b', 1, 2, 'y');
+INSERT INTO planted_acc.ingest (key, version, value, d) VALUES ('a', 1, 1, 'x'), ('a', 2, 2, 'x');
+CREATE FUNCTION planted_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TRIGGER planted BEFORE INSERT ON planted.state FOR EACH ROW EXECUTE FUNCTION planted_noop();
+SELECT pg_temp.err($$SELECT exactonce.flush('planted')$$);
+DROP TRIGGER planted ON planted.state;
+CREATE TRIGGER planted AFTER INSERT ON planted_acc.seen FOR EACH STATEMENT EXECUTE FUNCTION planted_noop();
+SELECT pg_temp.err($$SELECT exactonce.flush('planted_acc')$$);
+DROP TRIGGER planted ON planted_acc.seen;
+DROP FUNCTION planted_noop();
+CREATE INDEX planted_value ON planted.state (value);
+SELECT pg_temp.err($$SELECT exactonce.flush('planted')$$);
+DROP INDEX planted.planted_value;
+ALTER TABLE planted.state ADD COLUMN note text;
+SELECT pg_temp.err($$SELECT exactonce.flush('planted')$$);
+ALTER TABLE planted.state DROP COLUMN note;
+CREATE INDEX planted_seen ON planted_acc.seen (key);
+SELECT pg_temp.err($$SELECT exactonce.flush('planted_acc')$$);
+DROP INDEX planted_acc.planted_seen;
+ALTER TABLE planted_acc.seen ADD COLUMN note text;
+SELECT pg_temp.err($$SELECT exactonce.flush('planted_acc')$$);
+ALTER TABLE planted_acc.seen DROP COLUMN note;
+SELECT (SELECT count(*) FROM planted.state) + (SELECT count(*) FROM planted_acc.seen)
+	+ (SELECT count(*) FROM planted.aggregates) + (SELECT count(*) FROM planted_acc.aggregates) AS nothing_written;
+SELECT exactonce.flush('planted'), exactonce.flush('planted_acc');
+SELECT level, d, total, keys FROM planted.aggregates ORDER BY level, d;
+SELECT level, d, total, keys FROM planted_acc.aggregates ORDER BY level, d;
+SELECT exactonce.drop_pipeline('planted'), exactonce.drop_pipeline('planted_acc');
+
 DROP EXTENSION exactonce;

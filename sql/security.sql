@@ -41,6 +41,14 @@ SELECT exactonce.set_shards('sec', 4);
 SELECT exactonce.drop_pipeline('sec');
 SELECT * FROM exactonce.state_upsert('sec', (SELECT array_agg(e) FROM (VALUES ('k9', 1::bigint, 1::numeric, 'x')) e(key, version, value, d)));
 SELECT exactonce.reduce_apply('sec');
+SELECT exactonce.map_stage('sec', ARRAY[]::exactonce.delta[]);
+SELECT exactonce.release('sec', 'consumer', 1);
+SELECT exactonce.resume('sec');
+SELECT exactonce.create_view_as('sec', 'v', 'SELECT d, sum(value) FROM sec.ingest GROUP BY d');
+SELECT exactonce.alter_pipeline_as('sec', 'SELECT d, sum(value) AS total FROM sec.ingest GROUP BY d');
+SELECT exactonce.move_keys_in('sec', 2, 0, 'nowhere', 'g', '', NULL, NULL, NULL);
+SELECT exactonce.move_keys_settle('sec', 2, 0);
+SELECT exactonce.wake();
 SET exactonce.fault_map = 1;
 SELECT exactonce.ingest_slot('sec') IN (0, 1) AS writer_may_take_the_slot;
 -- monitoring is open to everyone

@@ -308,6 +308,7 @@ exactonce_map_stage(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
+	PipelineRequireReadCommitted("exactonce.map_stage()");
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	source = SourceArg(fcinfo, 2);
 	position = PG_ARGISNULL(3) ? -1 : PG_GETARG_INT64(3);
@@ -375,6 +376,7 @@ exactonce_release(PG_FUNCTION_ARGS)
 	int			nestlevel;
 	bool		paused;
 
+	PipelineRequireReadCommitted("exactonce.release()");
 	if (strcmp(source, EXACTONCE_SOURCE_QUEUE) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_RESERVED_NAME),

@@ -152,7 +152,6 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 				 errmsg("exactonce.wait_applied() needs exactonce in shared_preload_libraries"),
 				 errdetail("Without it no background worker drains the pipelines."),
 				 errhint("Call exactonce.flush() to apply what is queued now.")));
-	PipelineRequireReadCommitted("exactonce.wait_applied()");
 
 	ConditionVariablePrepareToSleep(&exactonce_shared->applied);
 	for (;;)

@@ -1,8 +1,8 @@
 # Rewrites of a half-drained queue partition (VACUUM FULL, a rewriting ALTER
 # TABLE, SET ACCESS METHOD; state, aggregates and ledger rewritten too) move
 # its rows; the shards find their positions
-# again and every event counts once.  CLUSTER, which reorders the rows, is
-# refused loudly and changes nothing.  A trigger on state, whose writes it
+# again and every event counts once.  CLUSTER, which reorders the rows, and
+# a DELETE of rows a shard took are refused loudly and change nothing.  A trigger on state, whose writes it
 # would not see, is refused until it is gone.
 
 use strict;
@@ -85,6 +85,28 @@ is($node->safe_psql($db, 'SELECT count(*) FROM trades.state'), '0', 'and wrote n
 $node->safe_psql($db, 'DROP TRIGGER watch ON trades.state');
 ok(eo_wait_drained($node, $db), 'with the trigger gone, the pipeline drains');
 eo_check($node, $db, 'trigger dropped');
+
+# rows a shard took deleted from a half-drained partition, its last one
+# among them: the shard counts its rows again, finds fewer than it took,
+# and refuses to go on
+$next = 3001;
+ok(eo_half_drain($node, $db, $next, $next + 29999), 'DELETE: half way through a partition');
+$part = eo_queue_partition($node, $db);
+$before = $node->safe_psql($db, $aggregates);
+is( $node->safe_psql(
+		$db,
+		"WITH d AS (DELETE FROM $part WHERE ingest_id IN (SELECT drain_row FROM trades.shard WHERE drain_count > 0) RETURNING 1)
+		 SELECT count(*) > 0 FROM d"),
+	't', 'DELETE: the last rows the shards took are deleted');
+eo_resume($node, $db);
+ok( $node->poll_query_until(
+		$db,
+		"SELECT last_error LIKE '%cannot find its position%' FROM exactonce.pipelines WHERE name = 'trades'"),
+	'DELETE of rows a shard took: the workers refuse the partition');
+($rc, $out, $err) = $node->psql($db, "\\set VERBOSITY verbose\nSELECT exactonce.flush('trades')");
+like($err, qr/55000: shard \d+ of pipeline "trades" cannot find its position.*\n.*DETAIL:  The shard had taken \d+ rows of the partition; the partition now has (other rows before that point|fewer rows of its keys)/,
+	'flush refuses with 55000: the rows the shard counts are not the ones it took');
+is($node->safe_psql($db, $aggregates), $before, 'nothing more was counted');
 
 $node->stop;
 done_testing();

@@ -25,6 +25,12 @@ $primary->backup('half');
 my $copy = PostgreSQL::Test::Cluster->new('copy');
 $copy->init_from_backup($primary, 'half');
 $copy->start;
+# the copy's workers leave the pipeline paused, as it was when copied
+my $taken = $copy->safe_psql($db, 'SELECT sum(drain_count) FROM trades.shard');
+sleep 1;
+is( $copy->safe_psql(
+		$db, "SELECT paused::text || ' ' || (SELECT sum(drain_count) FROM trades.shard) FROM exactonce.pipelines WHERE name = 'trades'"),
+	"true $taken", 'base backup: the copy\'s pipeline stays paused, and nothing more is taken');
 eo_resume($copy, $db);
 eo_produce($copy, $db, 35001, 40000);
 ok(eo_wait_drained($copy, $db), 'base backup: its workers drain');

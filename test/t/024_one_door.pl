@@ -1285,6 +1285,27 @@ sub repair
 		}
 	}
 	round_checks('every caller', \@ids, node_log => $node_log);
+
+	# the roles table of docs/security.md, for the roles that own nothing:
+	# the calls each may make and succeed (views of schema exactonce, and
+	# the reader's aggregates, are open to them); any other is refused
+	my @anyone = qw(drop_feed_consumer faults_injected forget forward_validator key_bucket
+	  once once_get once_result pipeline_stats);
+	my %may = (
+		eo_connect => [@anyone],
+		eo_producer => [ @anyone, qw(committed_offset ingest ingest_slot ingest_slot_check wait_applied) ],
+		eo_reader => [ @anyone, qw(feed_read wait_applied) ]);
+	my @granted;
+	for my $c (map { $call{$_} } @ids)
+	{
+		next unless $may{ $c->{role} } && ($c->{code} // '') eq '00000';
+		next if grep { $_ eq $c->{fn} } @{ $may{ $c->{role} } };
+		next if $c->{fn} =~ /^view exactonce\./;
+		next if $c->{role} eq 'eo_reader' && $c->{fn} =~ /^view \w+\.aggregates$/;
+		push @granted, describe($c->{id});
+	}
+	ok(!@granted, 'every caller: a role that owns nothing succeeds only where docs/security.md lets it')
+	  or diag(join("\n", at_most(40, @granted)));
 }
 
 # --- round 2: the reference -------------------------------------------------

@@ -129,6 +129,17 @@ is($node->safe_psql($db, "SELECT paused FROM exactonce.pipelines WHERE name = 'b
 my $range = $node->safe_psql($db, 'SELECT count(*) FROM bobs.state WHERE exactonce.key_bucket(key, 2) = 0');
 is($coord->safe_psql($db, "SELECT exactonce.move_keys('bobs', 2, 0, 'bother')"), $range,
 	'and moves its keys (2, 0) to another node');
+# a node older than 1.13 (it has no move_keys_park) is refused, named
+$node->safe_psql($db,
+	'ALTER FUNCTION exactonce.move_keys_park(text, integer, integer, text) RENAME TO move_keys_park_hidden');
+like(failure($coord, "SELECT exactonce.move_keys('bobs', 2, 1, 'bother')"),
+	qr/^0A000: server "bnode" has a version of exactonce before 1.13/, 'a move from a node before 1.13 is refused, naming it');
+$node->safe_psql($db,
+	'ALTER FUNCTION exactonce.move_keys_park_hidden(text, integer, integer, text) RENAME TO move_keys_park');
+like(failure($coord, "SELECT exactonce.move_keys('bobs', 2, 1, 'bother')", 'dave'),
+	qr/^42501: must be owner of distributed pipeline "bobs"/, 'another role cannot move its keys');
+is($node->safe_psql($db, "SELECT to_regclass('bobs.moving_2_1') IS NULL AND (SELECT count(*) FROM bobs.state) > 0"),
+	't', 'and nothing of a move began on the node');
 
 # a move that meets a lock on a node gives up after move_lock_timeout, and
 # with it the lock that stalls the coordinator's producers and readers
