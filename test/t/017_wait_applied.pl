@@ -122,6 +122,10 @@ $node->safe_psql($db, 'GRANT USAGE ON SCHEMA rw TO regress_nobody; GRANT INSERT 
 ($rc, $out, $err) = $node->psql($db,
 	"SET ROLE regress_nobody; SELECT exactonce.wait_applied('rw', '60 seconds')");
 is($rc, 0, 'a producer with INSERT on the queue may wait') or diag($err);
+$node->safe_psql($db, 'CREATE ROLE regress_reader; GRANT USAGE ON SCHEMA rw TO regress_reader; GRANT SELECT ON rw.aggregates TO regress_reader');
+($rc, $out, $err) = $node->psql($db,
+	"SET ROLE regress_reader; SELECT exactonce.wait_applied('rw', '60 seconds')");
+is($rc, 0, 'a reader with SELECT on the aggregates alone may wait') or diag($err);
 
 # stop the noise; after a last wait everything sent is in the aggregates
 $node->safe_psql($db, 'INSERT INTO stop_noise DEFAULT VALUES');
