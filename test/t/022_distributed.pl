@@ -559,6 +559,16 @@ $nodes[0]->safe_psql($db,
 like($err, qr/is not the one described/, 'adopting a pipeline of other dimensions is refused');
 is($nodes[0]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo'"),
 	'1', 'and the node keeps its pipeline');
+# over two servers, node1 would be the second, whose keys are half of its
+# own: refused, node1's pipeline kept with its keys, nothing left on node2
+my $solo_keys = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM solo.state');
+($rc, $out, $err) = $coord->psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('solo', ARRAY['d'], ARRAY['node2', 'node1']::name[], adopt => true)");
+like($err, qr/pipeline "solo" on server "node1" holds \d+ keys of other nodes/,
+	'adopting a pipeline that holds keys of another node\'s partition is refused');
+is( $nodes[0]->safe_psql($db, "SELECT (SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo') || '/' || count(*) FROM solo.state")
+	  . ' ' . $nodes[1]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo'"),
+	"1/$solo_keys 0", 'the adopted pipeline is not dropped, the one made on node2 is');
 $coord->safe_psql($db,
 	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('solo', ARRAY['d'], ARRAY['node1']::name[], adopt => true)");
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('solo', 2, 1, 'node2')");
