@@ -3,6 +3,7 @@
 # the queue depth, the lag, the counters whose rate is events per second,
 # the p99 latency and the dead letters, equal to exactonce.pipelines; the
 # counters are the same after a restart and after an immediate shutdown.
+# The exporter's role has nothing but CONNECT.
 
 use strict;
 use warnings;
@@ -24,6 +25,8 @@ $node->safe_psql($db,
 	 VALUES ('bad1', 1, 'NaN', 'x', 'x', 'x'), ('bad2', 1, 'NaN', 'x', 'x', 'x'), ('bad3', 1, 'Infinity', 'x', 'x', 'x')");
 ok(eo_wait_drained($node, $db), 'the workers drain the events');
 
+# the exporter logs in as a role with nothing but CONNECT
+$node->safe_psql($db, 'CREATE ROLE eo_exporter LOGIN');
 my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $exporter;
 sub start_exporter
@@ -37,7 +40,7 @@ sub start_exporter
 		'>', \my $out, '2>', \my $err,
 		init => sub {
 			$ENV{DATA_SOURCE_NAME} =
-			  'host=' . $node->host . ' port=' . $node->port . " dbname=$db sslmode=disable";
+			  'host=' . $node->host . ' port=' . $node->port . " dbname=$db user=eo_exporter sslmode=disable";
 		});
 	return;
 }
