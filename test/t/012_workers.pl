@@ -97,6 +97,9 @@ is( $node->safe_psql($db,
 	't', 'the paused pipeline kept its queue');
 eo_resume($node, $db);
 ok(eo_wait_drained($node, $db), 'resumed, it is drained');
+ok( $node->poll_query_until(
+		$db, "SELECT worker_state FROM exactonce.pipelines WHERE name = 'trades'", 'idle'),
+	'and its worker is idle');
 eo_check($node, $db, 'after pause and resume');
 
 # 5. a second database has its own worker
@@ -110,6 +113,18 @@ ok(eo_wait_drained($node, $db2, 'other'),
 	'the worker of the second database drained its pipeline');
 is($node->safe_psql($db2, "SELECT total || '/' || keys FROM other.aggregates WHERE level = 0"),
 	'200/100', 'with the exact result');
+# a database that exactonce.database leaves out has no worker: its
+# pipelines say so, and flush() drains them
+$node->safe_psql($db, 'CREATE DATABASE unserved');
+$node->safe_psql('unserved', q{
+SET client_min_messages = warning;
+CREATE EXTENSION exactonce;
+SELECT exactonce.create_pipeline('u', ARRAY['d']);
+INSERT INTO u.ingest (key, version, value, d) VALUES ('a', 1, 1, 'x'), ('b', 1, 2, 'x');
+});
+is($node->safe_psql('unserved', "SELECT worker_state || ', ' || queued FROM exactonce.pipelines WHERE name = 'u'"),
+	'no worker, 2', 'a database no worker serves: worker_state says so');
+is($node->safe_psql('unserved', "SELECT exactonce.flush('u')"), '2', 'and flush() drains it');
 
 # 6. a poison event ends in dead_letters, the rest of its batch is applied
 eo_alter_system($node, 'exactonce.fault_poison_key' => 'poison');
