@@ -53,6 +53,10 @@ SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ex
 	(SELECT array_agg(e) FROM batch2 e)) d), source => 'consumer', source_position => 2) IS NULL AS nothing_staged;
 SELECT exactonce.map_stage('ext', ARRAY(SELECT d FROM exactonce.state_upsert('ext',
 	(SELECT array_agg(e) FROM batch2 e)) d), source => 'consumer', source_position => 2) IS NULL AS nothing_staged;
+-- a pipeline with a batch staged and not applied is not dropped
+\set VERBOSITY terse
+SELECT exactonce.drop_pipeline('ext');
+\set VERBOSITY default
 SELECT exactonce.reduce_apply('ext', ARRAY[decode(:'t2', 'hex')]);
 SELECT exactonce.reduce_apply('ext', ARRAY[decode(:'t2', 'hex')]);
 SELECT * FROM mismatches;

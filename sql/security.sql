@@ -50,6 +50,8 @@ SELECT exactonce.move_keys_in('sec', 2, 0, 'nowhere', 'g', '', NULL, NULL, NULL)
 SELECT exactonce.move_keys_settle('sec', 2, 0);
 SELECT exactonce.wake();
 SET exactonce.fault_map = 1;
+SET exactonce.feed_max_lag = 10;
+SET exactonce.feed_max_lag_age = 10;
 SELECT exactonce.ingest_slot('sec') IN (0, 1) AS writer_may_take_the_slot;
 -- monitoring is open to everyone
 SELECT name, queued FROM exactonce.pipelines;
