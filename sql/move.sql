@@ -61,10 +61,20 @@ SELECT count(*) AS range_keys FROM truth WHERE exactonce.key_bucket(key, 4) = 1;
 SELECT count(*) AS range_dead FROM mv.dead_letters WHERE exactonce.key_bucket(key, 4) = 1;
 INSERT INTO truth SELECT key, 1000, 5, 'd9', false FROM truth WHERE exactonce.key_bucket(key, 4) = 1 ORDER BY key LIMIT 1;
 INSERT INTO mv.ingest (key, version, value, desk) SELECT key, version, value, desk FROM truth WHERE version = 1000;
+-- with a change feed (which starts with every cell), the cells the move
+-- changes are in it: the feed's changes add up to the aggregates
+SELECT exactonce.set_feed('mv', true);
+CREATE VIEW feed_misses AS
+WITH f AS (SELECT level, desk, sum(new_total - old_total) AS total, sum(new_keys - old_keys) AS keys
+		   FROM mv.feed GROUP BY level, desk HAVING sum(new_keys - old_keys) > 0)
+SELECT (SELECT count(*) FROM (SELECT level, desk, total, keys FROM mv.aggregates EXCEPT ALL SELECT * FROM f) a)
+	 + (SELECT count(*) FROM (SELECT * FROM f EXCEPT ALL SELECT level, desk, total, keys FROM mv.aggregates) b)
+	AS feed_misses;
 BEGIN;
 CREATE TEMP TABLE moved ON COMMIT DROP AS
 SELECT * FROM exactonce.move_keys_out('mv', 4, 1, 'node2', 'move-1');
 SELECT keys, horizon, state LIKE '%d9%' AS event_applied_first FROM moved;
+SELECT * FROM feed_misses;
 SELECT count(*) AS left_behind FROM mv.state WHERE exactonce.key_bucket(key, 4) = 1;
 SELECT * FROM mismatches, counters;
 SELECT item, ok FROM exactonce.verify('mv');
@@ -85,6 +95,7 @@ CREATE TABLE mv.state (key text COLLATE "C" PRIMARY KEY, version bigint NOT NULL
 	desk text NOT NULL, deleted boolean NOT NULL, updated_at timestamptz NOT NULL) WITH (fillfactor = 50);
 INSERT INTO mv.state SELECT key, version, value, desk, deleted, updated_at FROM state_1_6;
 SELECT exactonce.move_keys_in('mv', 4, 1, 'node2', 'move-3', state, seen, dead_letters, 42) FROM moved;
+SELECT * FROM feed_misses;
 SELECT count(*) AS rows_in, count(*) FILTER (WHERE j IS DISTINCT FROM s) AS changed_on_the_way
 FROM json_populate_recordset(NULL::mv.state, (SELECT state FROM moved)::json) j JOIN mv.state s USING (key);
 SELECT * FROM mismatches, counters;
@@ -94,6 +105,8 @@ SELECT retention_horizon FROM exactonce.pipeline WHERE name = 'mv';
 COMMIT;
 SELECT gid, modulus, remainder, direction, peer, keys FROM exactonce.key_move ORDER BY moved_at;
 SELECT * FROM mismatches, counters;
+DROP VIEW feed_misses;
+SELECT exactonce.set_feed('mv', false);
 
 -- accumulate mode: the keys' share stays in the cells where it was counted;
 -- their state and seen rows move, so that a resend is still a duplicate,
