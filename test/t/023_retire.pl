@@ -1,6 +1,7 @@
 # Retiring drained queue partitions.  The workers empty a drained partition
 # where it stands: its files and pg_class rows stay, rotation after
-# rotation.  TRUNCATE empties it where it is not a bare heap (its TOAST
+# rotation; a small one keeps its pages, emptied, a large one is cut to
+# zero pages.  TRUNCATE empties it where it is not a bare heap (its TOAST
 # table holds pages, an index was added to it), where a publication or a
 # TRUNCATE trigger must hear of it, and where its relfrozenxid grew old.  A
 # retirement that fails after the cut rolls back and is done again, and a
@@ -74,6 +75,21 @@ settle();
 eo_check($node, $db, 'pages reused');
 is(sql($files_sql), $files, 'the rotations after fill the pages kept, in the same files');
 is(sql(eo_queue_empty_sql()), 't', 'the queue holds no rows, and no more pages than it reuses');
+
+# 1b. a partition larger than the pages a partition keeps is cut to zero
+# pages, in place too
+my $keep = sql(q{SELECT least(1024, setting::bigint / 512) FROM pg_settings WHERE name = 'shared_buffers'});
+eo_pause($node, $db);
+my $big = 'trades.ingest_' . sql('SELECT rotation % 2 FROM trades.progress');
+eo_produce($node, $db, $next, $next + 19999);
+$next += 20000;
+cmp_ok(sql("SELECT pg_relation_size('$big') / 8192"), '>', $keep,
+	"a partition larger than the $keep pages a drained partition keeps");
+eo_resume($node, $db);
+settle();
+eo_check($node, $db, 'a large partition');
+is(sql("SELECT pg_relation_size('$big')"), '0', 'drained, it is cut to zero pages');
+is(sql($files_sql), $files, 'in place: it keeps its files');
 
 # 2. TOAST pages: TRUNCATE empties the partition and its TOAST table.  The
 # events carry a wide note in a column the queue was given (with a
