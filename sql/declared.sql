@@ -78,6 +78,9 @@ CREATE TEMP VIEW stream AS SELECT * FROM latest_stream;
 SELECT exactonce.create_pipeline_as('r1', :'q');
 SELECT name, mode, dimensions, measures, min_max, distinct_counts, grouping_sets
 FROM exactonce.pipelines WHERE name = 'r1';
+-- each column of the result says how it is computed
+SELECT a.attname, col_description(a.attrelid, a.attnum)
+FROM pg_attribute a WHERE a.attrelid = 'r1.result'::regclass AND a.attnum > 0 ORDER BY a.attnum;
 \d r1.result
 DO $$
 BEGIN

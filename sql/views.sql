@@ -28,7 +28,11 @@ SELECT exactonce.create_view('trades', 'by_book', ARRAY['book']);
 -- a filter on a dimension the view does not group by
 SELECT exactonce.create_view('trades', 'emea_desks', ARRAY['desk'], $$region = 'EMEA'$$);
 -- a computed key beside a plain one
+-- keys that are not a grouping of the pipeline: no distinct counts, and a
+-- NOTICE says so
+SET client_min_messages = notice;
 SELECT exactonce.create_view('trades', 'book_kind', ARRAY['region', $$CASE WHEN book = 'b1' THEN 'flow' ELSE 'exotic' END AS kind$$]);
+SET client_min_messages = warning;
 -- no key: one row, the total of the cells that pass the filter
 SELECT exactonce.create_view('trades', 'b1_total', '{}', $$book = 'b1' -- a trailing comment$$);
 -- keys that are a grouping of the pipeline: one cell per row, with distinct counts

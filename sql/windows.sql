@@ -86,6 +86,8 @@ SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], window_w
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '1 month')$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '0')$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '1 hour',
+	allowed_lateness => '1 month')$$);
+SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '1 hour',
 	allowed_lateness => '-1 minute')$$);
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('w1', ARRAY['r'], 'accumulate', window_width => '1 hour',
 	allowed_lateness => NULL)$$);
