@@ -160,6 +160,14 @@ ok( $node->poll_query_until(
 		"SELECT last_error LIKE 'permission denied for table aggregates%' FROM exactonce.pipelines WHERE name = 'owned'"
 	),
 	"the worker runs with the owner's rights (permission denied, reported in last_error)");
+$node->safe_psql($db, 'CREATE ROLE regress_eo_nosy; CREATE ROLE regress_eo_stats IN ROLE pg_read_all_stats');
+is( join(',',
+		map {
+			$node->safe_psql($db,
+				"SET ROLE $_; SELECT CASE WHEN last_error LIKE 'permission denied%' THEN 'shown' ELSE last_error END FROM exactonce.pipelines WHERE name = 'owned'")
+		} qw(regress_eo_worker_owner regress_eo_stats regress_eo_nosy)),
+	'shown,shown,<insufficient privilege>',
+	'last_error is shown to the owner and pg_read_all_stats, not to another role');
 my $state = "SELECT worker_state FROM exactonce.pipelines WHERE name = 'owned'";
 $node->poll_query_until($db, $state, 'backoff');
 is($node->safe_psql($db, $state), 'backoff', 'the failing pipeline backs off');
