@@ -301,8 +301,11 @@ NodeResult(PGconn *conn)
 {
 	PGresult   *last = NULL;
 
-	if (!NodeFlush(conn))
-		return NULL;
+	/*
+	 * a failed connection's error is PQgetResult's: the node's own, if it
+	 * sent one
+	 */
+	(void) NodeFlush(conn);
 	for (;;)
 	{
 		PGresult   *res;
@@ -354,10 +357,10 @@ NodeRaise(PGconn *conn, const char *servername, PGresult *res)
 
 /*
  * NodeDrain reads what a node still answers on conn until it is done,
- * ending a COPY it waits on as failed, without raising an error and
- * without taking interrupts (the caller is failing already): 1 if every
- * answer was a success, 0 if one was an error, -1 if the connection failed
- * or end passed.
+ * ending a COPY it waits on as failed and reading to the end of one it
+ * sends, without raising an error and without taking interrupts (the
+ * caller is failing already): 1 if every answer was a success, 0 if one
+ * was an error, -1 if the connection failed or end passed.
  */
 int
 NodeDrain(PGconn *conn, TimestampTz end)
@@ -374,20 +377,33 @@ NodeDrain(PGconn *conn, TimestampTz end)
 			return -1;
 		if (flushed == 0 && !PQisBusy(conn))
 		{
+			ExecStatusType status;
+			int			len = -1;
+
 			res = PQgetResult(conn);
 			if (res == NULL)
 				return ok;
-			if (PQresultStatus(res) == PGRES_COPY_IN)
+			status = PQresultStatus(res);
+			PQclear(res);
+			if (status == PGRES_COPY_IN)
 			{
 				if (PQputCopyEnd(conn, "the statement at the coordinator failed") != 1)
-					ok = -1;
+					return -1;
 			}
-			else if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+			else if (status == PGRES_COPY_OUT)
+			{
+				/* its rows, discarded, up to its end (-1) or what is here (0) */
+				char	   *row;
+
+				while ((len = PQgetCopyData(conn, &row, 1)) > 0)
+					PQfreemem(row);
+				if (len == -2)
+					return -1;
+			}
+			else if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK)
 				ok = 0;
-			PQclear(res);
-			if (ok < 0)
-				return ok;
-			continue;
+			if (len != 0)
+				continue;
 		}
 		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
 								 WL_EXIT_ON_PM_DEATH | (flushed ? WL_SOCKET_WRITEABLE : 0),
@@ -581,12 +597,12 @@ NodeCopy(PGconn *from, const char *fromserver, const char *out_sql,
 			char	   *data;
 			int			len = PQgetCopyData(from, &data, 1);
 
-			CHECK_FOR_INTERRUPTS();
 			if (len > 0)
 			{
 				appendBinaryStringInfo(&buf, data, len);
 				PQfreemem(data);
 			}
+			CHECK_FOR_INTERRUPTS();
 			if ((len < 0 && buf.len > 0) || buf.len >= NODE_COPY_BUFFER)
 			{
 				if (PQputCopyData(to, buf.data, buf.len) != 1 || !NodeFlush(to))

@@ -27,6 +27,9 @@
 #    (its COPY waits on a lock): the copy waits on the coordinator's latch,
 #    not in libpq, so statement_timeout ends the move, cancelling the
 #    statements on both nodes, and move_keys() again finishes it.
+# 7. The same before the nodes prepared (the parked events that go with
+#    the keys), the new node's pipeline held meanwhile: the move stands
+#    on neither node and is given up.
 
 use strict;
 use warnings;
@@ -313,7 +316,7 @@ my $started = time;
 $move = IPC::Run::start(
 	[
 		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET statement_timeout = '5s'", '-c', 'SET exactonce.move_lock_timeout = 0',
+		'-c', "SET statement_timeout = '15s'", '-c', 'SET exactonce.move_lock_timeout = 0',
 		'-c', "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"
 	],
 	'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
@@ -333,10 +336,74 @@ ok( $nodes[1]->poll_query_until(
 is($nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4'),
 	$parked, 'node1 keeps the parked events');
 $locker->quit;
-$nodes[1]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall; DROP FUNCTION public.stall(text)');
+$nodes[1]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall');
 is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"),
 	'0', 'move_keys() again finishes the move');
 is(server_of(8, 4), 'node2', 'the coordinator sends the range to the new node');
 exact('after a switch whose copy the new node stopped taking');
+
+# 7. the same stop before the nodes prepared: the events parked while the
+# new node held the move go with the keys, and the new node stops taking
+# them; statement_timeout ends the move, which stands on neither node and
+# is given up (the old node's COPY out read to its end), the parked events
+# back in the old node's queue.  Keys (4, 2) go back from node2 to node1,
+# which gave them.
+$parked_events =~ s/parked' \|\| i/held' || i/;
+$parked_events =~ s/key_bucket\(key, 8\) = 4/key_bucket(key, 4) = 2/;
+$first = $coord->safe_psql($db, "SELECT key FROM ($parked_events) e ORDER BY value, key LIMIT 1");
+$nodes[0]->safe_psql(
+	$db, qq{
+CREATE OR REPLACE FUNCTION public.stall(k text) RETURNS boolean LANGUAGE sql
+	AS \$\$ SELECT CASE WHEN k = '$first' THEN (SELECT true FROM pg_advisory_xact_lock_shared(64)) ELSE true END \$\$;
+ALTER TABLE trades.ingest ADD CONSTRAINT stall CHECK (public.stall(key)) NOT VALID;
+});
+$locker = $nodes[0]->background_psql($db);
+$locker->query_safe('SELECT pg_advisory_lock(64)');
+$nodes[0]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
+($mout, $merr) = ('', '');
+$move = IPC::Run::start(
+	[
+		'psql', '-X', '-At', '-d', $coord->connstr($db),
+		'-c', "SET statement_timeout = '20s'", '-c', 'SET exactonce.move_lock_timeout = 0',
+		'-c', "SELECT exactonce.move_keys('trades', 4, 2, 'node1')"
+	],
+	'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
+ok( $nodes[0]->poll_query_until(
+		$db,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
+	'a move of (4, 2) back to node1 waits there');
+for my $sql ("$parked_events AND key = '$first'", "$parked_events AND key <> '$first'")
+{
+	$nodes[1]->safe_psql($db,
+		"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $sql");
+	$coord->safe_psql($db,
+		"INSERT INTO truth $sql; INSERT INTO sent SELECT count(*) FROM ($sql) e");
+}
+$parked = $nodes[1]->safe_psql($db, 'SELECT count(*) FROM trades.moving_4_2');
+cmp_ok($parked, '>', 25000, "node2 parks the events sent meanwhile ($parked)");
+$nodes[0]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
+ok( $nodes[0]->poll_query_until(
+		$db, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+	'the parked events go with the keys to node1, which stops taking them');
+$hung = !eval { $move->finish; 1 };
+$locker->query_safe('SELECT pg_advisory_unlock(64)') if $hung;
+$move->kill_kill if $hung;
+ok(!$hung, 'statement_timeout ends the move while node1 takes nothing');
+like($merr, qr/is given up: canceling statement due to statement timeout/,
+	'the move is given up: it stood on neither node');
+ok( $nodes[0]->poll_query_until(
+		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+	'the copy on node1 is cancelled');
+is( $nodes[1]->safe_psql($db, "SELECT to_regclass('trades.moving_4_2') IS NULL") . ' '
+	  . $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.state WHERE exactonce.key_bucket(key, 4) = 2'),
+	't 0', 'node2 parks nothing any more, node1 got none of the keys');
+$locker->quit;
+$nodes[0]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall; DROP FUNCTION public.stall(text)');
+$nodes[1]->safe_psql($db, 'DROP FUNCTION public.stall(text)');
+is(server_of(4, 2), 'node2', 'the coordinator still sends the range to node2');
+exact('after a move given up while the new node took none of its parked events');
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node1')");
+cmp_ok($moved, '>', 0, "the same move made afterwards succeeds ($moved keys)");
+exact('after it');
 
 done_testing();

@@ -171,7 +171,8 @@ sub eo_queue_partition
 
 # eo_half_drain(node, db, from, to): with the workers, leave the pipeline
 # paused half way through a queue partition of events from .. to (after
-# some aborted rows), and tell whether it is: some rows taken, some queued.
+# some aborted rows), every shard having taken some, and tell whether it
+# is: some rows taken, some queued.
 sub eo_half_drain
 {
 	my ($node, $db, $from, $to) = @_;
@@ -186,8 +187,8 @@ sub eo_half_drain
 	  or die "the setting was not reloaded";
 	eo_resume($node, $db);
 	$node->poll_query_until($db,
-		"SELECT sum(drain_count) > 0 FROM trades.shard")
-	  or die "the workers took nothing:\n" . $node->safe_psql(
+		"SELECT bool_and(drain_count > 0) FROM trades.shard")
+	  or die "a shard took nothing:\n" . $node->safe_psql(
 		$db, q{
 SELECT backend_type, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity;
 SELECT * FROM exactonce.pipelines;
