@@ -62,6 +62,9 @@ for my $workers (3, 1, 4)
 	eo_produce($node, $db, $next, $next + 1999);
 	$next += 2000;
 }
+my (undef, undef, $too_many) = $node->psql($db, 'ALTER SYSTEM SET exactonce.workers = 65');
+like($too_many, qr/65 is outside the valid range for parameter "exactonce.workers" \(-1 \.\. 64\)/,
+	'at most 64 drain workers');
 ok(eo_wait_drained($node, $db), 'drained through the changes');
 eo_check($node, $db, 'workers changed on reload');
 is(sql('SELECT pg_postmaster_start_time()'), $started, 'the server was never restarted');
