@@ -263,6 +263,88 @@ cmp_ok($moved, '>', 0, "move_keys() again makes the move ($moved keys)");
 is(server_of(8, 0), 'node2', 'the coordinator sends the range to the new node');
 exact('after the old node was killed in the middle of a move');
 
+# the events of keys (modulus, remainder) to park: about 30,000 per bucket
+# of 8, each its key's first version; and the first of them in order
+sub parked_events
+{
+	my ($prefix, $m, $r) = @_;
+	my $events = qq{
+SELECT key, 1::bigint AS version, (i % 1000) / 10.0 AS value,
+	(ARRAY['Delta', 'Vega', 'Gamma'])[1 + i % 3] AS risk_type, 'EMEA' AS region,
+	'Rates' AS trade_desk, false AS deleted
+FROM (SELECT '$prefix' || i AS key, i FROM generate_series(1, 240000) i) k
+WHERE exactonce.key_bucket(key, $m) = $r};
+	return ($events, $coord->safe_psql($db, "SELECT key FROM ($events) e ORDER BY value, key LIMIT 1"));
+}
+
+# send_direct(node, events, first): the events inserted into a node's queue
+# directly, the first alone before the others, and into the oracle
+sub send_direct
+{
+	my ($node, $events, $first) = @_;
+	for my $sql ("$events AND key = '$first'", "$events AND key <> '$first'")
+	{
+		$node->safe_psql($db,
+			"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $sql");
+		$coord->safe_psql($db, "INSERT INTO truth $sql; INSERT INTO sent SELECT count(*) FROM ($sql) e");
+	}
+	return;
+}
+
+# stall(node, key): a check on the node's queue that waits, at the key, for
+# an advisory lock, taken by the session returned; unstall(node, session)
+# takes the check away
+sub stall
+{
+	my ($node, $key) = @_;
+	$node->safe_psql(
+		$db, qq{
+CREATE OR REPLACE FUNCTION public.stall(k text) RETURNS boolean LANGUAGE sql
+	AS \$\$ SELECT CASE WHEN k = '$key' THEN (SELECT true FROM pg_advisory_xact_lock_shared(64)) ELSE true END \$\$;
+ALTER TABLE trades.ingest ADD CONSTRAINT stall CHECK (public.stall(key)) NOT VALID;
+});
+	my $locker = $node->background_psql($db);
+	$locker->query_safe('SELECT pg_advisory_lock(64)');
+	return $locker;
+}
+
+sub unstall
+{
+	my ($node, $locker) = @_;
+	$locker->quit;
+	$node->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall; DROP FUNCTION public.stall(text)');
+	return;
+}
+
+# the copy into a node's queue that waits on the stall
+my $stalled = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'";
+
+# start_timed_move(modulus, remainder, server): move_keys() in the
+# background with a statement_timeout and no lock timeout
+sub start_timed_move
+{
+	my ($m, $r, $server) = @_;
+	($mout, $merr) = ('', '');
+	return IPC::Run::start(
+		[
+			'psql', '-X', '-At', '-d', $coord->connstr($db),
+			'-c', "SET statement_timeout = '20s'", '-c', 'SET exactonce.move_lock_timeout = 0',
+			'-c', "SELECT exactonce.move_keys('trades', $m, $r, '$server')"
+		],
+		'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
+}
+
+# finished(move, locker): whether the move ended by itself (if not, the
+# stall is let go and the move killed)
+sub finished
+{
+	my ($mv, $locker) = @_;
+	return 1 if eval { $mv->finish; 1 };
+	$locker->query_safe('SELECT pg_advisory_unlock(64)');
+	$mv->kill_kill;
+	return 0;
+}
+
 # 6. both halves of a move of (8, 4) committed, as in 4, and 30,000 events
 # parked after; node2's queue takes none of them while a lock is held (a
 # check on it waits for the lock at the first parked key, with no lock
@@ -287,56 +369,21 @@ PREPARE TRANSACTION '$gid';
 });
 $nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
 $nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
-my $parked_events = q{
-SELECT key, 1::bigint AS version, (i % 1000) / 10.0 AS value,
-	(ARRAY['Delta', 'Vega', 'Gamma'])[1 + i % 3] AS risk_type, 'EMEA' AS region,
-	'Rates' AS trade_desk, false AS deleted
-FROM (SELECT 'parked' || i AS key, i FROM generate_series(1, 240000) i) k
-WHERE exactonce.key_bucket(key, 8) = 4};
-my $first = $coord->safe_psql($db, "SELECT key FROM ($parked_events) e ORDER BY value, key LIMIT 1");
-for my $sql ("$parked_events AND key = '$first'", "$parked_events AND key <> '$first'")
-{
-	$nodes[0]->safe_psql($db,
-		"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $sql");
-	$coord->safe_psql($db,
-		"INSERT INTO truth $sql; INSERT INTO sent SELECT count(*) FROM ($sql) e");
-}
+my ($events, $first) = parked_events('parked', 8, 4);
+send_direct($nodes[0], $events, $first);
 $parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4');
 cmp_ok($parked, '>', 25000, "events parked after both halves committed ($parked)");
-$nodes[1]->safe_psql(
-	$db, qq{
-CREATE FUNCTION public.stall(k text) RETURNS boolean LANGUAGE sql
-	AS \$\$ SELECT CASE WHEN k = '$first' THEN (SELECT true FROM pg_advisory_xact_lock_shared(64)) ELSE true END \$\$;
-ALTER TABLE trades.ingest ADD CONSTRAINT stall CHECK (public.stall(key)) NOT VALID;
-});
-my $locker = $nodes[1]->background_psql($db);
-$locker->query_safe('SELECT pg_advisory_lock(64)');
-($mout, $merr) = ('', '');
-my $started = time;
-$move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET statement_timeout = '15s'", '-c', 'SET exactonce.move_lock_timeout = 0',
-		'-c', "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"
-	],
-	'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
-ok( $nodes[1]->poll_query_until(
-		$db, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+my $locker = stall($nodes[1], $first);
+$move = start_timed_move(8, 4, 'node2');
+ok($nodes[1]->poll_query_until($db, $stalled, 1),
 	'the switch copies the parked events to node2, which stops taking them');
-my $hung = !eval { $move->finish; 1 };
-my $took = time - $started;
-$locker->query_safe('SELECT pg_advisory_unlock(64)') if $hung;
-$move->kill_kill if $hung;
-ok(!$hung, "statement_timeout ends the switch's copy while node2 takes nothing ($took s)");
+ok(finished($move, $locker), "statement_timeout ends the switch's copy while node2 takes nothing");
 like($merr, qr/is cut off half way: .*canceling statement due to statement timeout/,
 	'the move is cut off half way by the timeout, saying so');
-ok( $nodes[1]->poll_query_until(
-		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
-	'and the copy on node2 is cancelled, though node2 still holds the lock');
+ok($nodes[1]->poll_query_until($db, $stalled, 0), 'and the copy on node2 is cancelled, though node2 still holds the lock');
 is($nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4'),
 	$parked, 'node1 keeps the parked events');
-$locker->quit;
-$nodes[1]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall');
+unstall($nodes[1], $locker);
 is($coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 8, 4, 'node2')"),
 	'0', 'move_keys() again finishes the move');
 is(server_of(8, 4), 'node2', 'the coordinator sends the range to the new node');
@@ -348,58 +395,28 @@ exact('after a switch whose copy the new node stopped taking');
 # is given up (the old node's COPY out read to its end), the parked events
 # back in the old node's queue.  Keys (4, 2) go back from node2 to node1,
 # which gave them.
-$parked_events =~ s/parked' \|\| i/held' || i/;
-$parked_events =~ s/key_bucket\(key, 8\) = 4/key_bucket(key, 4) = 2/;
-$first = $coord->safe_psql($db, "SELECT key FROM ($parked_events) e ORDER BY value, key LIMIT 1");
-$nodes[0]->safe_psql(
-	$db, qq{
-CREATE OR REPLACE FUNCTION public.stall(k text) RETURNS boolean LANGUAGE sql
-	AS \$\$ SELECT CASE WHEN k = '$first' THEN (SELECT true FROM pg_advisory_xact_lock_shared(64)) ELSE true END \$\$;
-ALTER TABLE trades.ingest ADD CONSTRAINT stall CHECK (public.stall(key)) NOT VALID;
-});
-$locker = $nodes[0]->background_psql($db);
-$locker->query_safe('SELECT pg_advisory_lock(64)');
+($events, $first) = parked_events('held', 4, 2);
+$locker = stall($nodes[0], $first);
 $nodes[0]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
-($mout, $merr) = ('', '');
-$move = IPC::Run::start(
-	[
-		'psql', '-X', '-At', '-d', $coord->connstr($db),
-		'-c', "SET statement_timeout = '20s'", '-c', 'SET exactonce.move_lock_timeout = 0',
-		'-c', "SELECT exactonce.move_keys('trades', 4, 2, 'node1')"
-	],
-	'>', \$mout, '2>', \$merr, IPC::Run::timeout(90));
+$move = start_timed_move(4, 2, 'node1');
 ok( $nodes[0]->poll_query_until(
 		$db,
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
 	'a move of (4, 2) back to node1 waits there');
-for my $sql ("$parked_events AND key = '$first'", "$parked_events AND key <> '$first'")
-{
-	$nodes[1]->safe_psql($db,
-		"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted) $sql");
-	$coord->safe_psql($db,
-		"INSERT INTO truth $sql; INSERT INTO sent SELECT count(*) FROM ($sql) e");
-}
+send_direct($nodes[1], $events, $first);
 $parked = $nodes[1]->safe_psql($db, 'SELECT count(*) FROM trades.moving_4_2');
 cmp_ok($parked, '>', 25000, "node2 parks the events sent meanwhile ($parked)");
 $nodes[0]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
-ok( $nodes[0]->poll_query_until(
-		$db, "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
+ok($nodes[0]->poll_query_until($db, $stalled, 1),
 	'the parked events go with the keys to node1, which stops taking them');
-$hung = !eval { $move->finish; 1 };
-$locker->query_safe('SELECT pg_advisory_unlock(64)') if $hung;
-$move->kill_kill if $hung;
-ok(!$hung, 'statement_timeout ends the move while node1 takes nothing');
+ok(finished($move, $locker), 'statement_timeout ends the move while node1 takes nothing');
 like($merr, qr/is given up: canceling statement due to statement timeout/,
 	'the move is given up: it stood on neither node');
-ok( $nodes[0]->poll_query_until(
-		$db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE 'COPY trades.ingest%' AND wait_event = 'advisory'"),
-	'the copy on node1 is cancelled');
+ok($nodes[0]->poll_query_until($db, $stalled, 0), 'the copy on node1 is cancelled');
 is( $nodes[1]->safe_psql($db, "SELECT to_regclass('trades.moving_4_2') IS NULL") . ' '
 	  . $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.state WHERE exactonce.key_bucket(key, 4) = 2'),
 	't 0', 'node2 parks nothing any more, node1 got none of the keys');
-$locker->quit;
-$nodes[0]->safe_psql($db, 'ALTER TABLE trades.ingest DROP CONSTRAINT stall; DROP FUNCTION public.stall(text)');
-$nodes[1]->safe_psql($db, 'DROP FUNCTION public.stall(text)');
+unstall($nodes[0], $locker);
 is(server_of(4, 2), 'node2', 'the coordinator still sends the range to node2');
 exact('after a move given up while the new node took none of its parked events');
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node1')");
