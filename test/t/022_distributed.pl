@@ -569,6 +569,26 @@ like($err, qr/pipeline "solo" on server "node1" holds \d+ keys of other nodes/,
 is( $nodes[0]->safe_psql($db, "SELECT (SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo') || '/' || count(*) FROM solo.state")
 	  . ' ' . $nodes[1]->safe_psql($db, "SELECT count(*) FROM exactonce.pipeline WHERE name = 'solo'"),
 	"1/$solo_keys 0", 'the adopted pipeline is not dropped, the one made on node2 is');
+# node1 adoptable as the first of two (its keys all of bucket (2, 0)) and
+# node2's pipeline of that name not: refused, node1's adopted pipeline kept
+$nodes[0]->safe_psql($db, q{
+SET client_min_messages = warning;
+SELECT exactonce.create_pipeline('pair', ARRAY['d']);
+INSERT INTO pair.ingest (key, version, value, d)
+	SELECT 'p' || i, 1, i, 'x' FROM generate_series(1, 400) i WHERE exactonce.key_bucket('p' || i, 2) = 0;
+SELECT exactonce.flush('pair');
+});
+$nodes[1]->safe_psql($db, "SET client_min_messages = warning; SELECT exactonce.create_pipeline('pair', ARRAY['other'])");
+($rc, $out, $err) = $coord->psql($db,
+	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('pair', ARRAY['d'], ARRAY['node1', 'node2']::name[], adopt => true)");
+like($err, qr/pipeline "pair" on server "node2" is not the one described/,
+	'adopting over two servers, the second refused');
+is( $nodes[0]->safe_psql($db, "SELECT count(*) FROM pair.state") . ' '
+	  . $nodes[1]->safe_psql($db, "SELECT dimensions FROM exactonce.pipeline WHERE name = 'pair'"),
+	$nodes[0]->safe_psql($db, "SELECT count(*) FROM generate_series(1, 400) i WHERE exactonce.key_bucket('p' || i, 2) = 0")
+	  . ' {other}',
+	'the pipeline adopted on node1 is kept when the creation fails on node2, and node2\'s own is untouched');
+$_->safe_psql($db, "SET client_min_messages = warning; SELECT exactonce.drop_pipeline('pair')") for @nodes[0, 1];
 $coord->safe_psql($db,
 	"SET client_min_messages = warning; SELECT exactonce.create_distributed_pipeline('solo', ARRAY['d'], ARRAY['node1']::name[], adopt => true)");
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('solo', 2, 1, 'node2')");
