@@ -97,6 +97,16 @@ DeltaCmpAll(const void *a, const void *b, void *arg)
 }
 
 /*
+ * HashBytes feeds len bytes into the hash.
+ */
+static void
+HashBytes(pg_cryptohash_ctx *ctx, const void *data, size_t len)
+{
+	if (pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0)
+		elog(ERROR, "could not update SHA-256: %s", pg_cryptohash_error(ctx));
+}
+
+/*
  * HashText feeds a length-prefixed text into the hash.
  */
 static void
@@ -104,8 +114,8 @@ HashText(pg_cryptohash_ctx *ctx, text *t)
 {
 	uint32		len = pg_hton32(VARSIZE_ANY_EXHDR(t));
 
-	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
-	pg_cryptohash_update(ctx, (uint8 *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	HashBytes(ctx, &len, sizeof(len));
+	HashBytes(ctx, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 }
 
 /*
@@ -116,7 +126,7 @@ HashInt64(pg_cryptohash_ctx *ctx, int64 v)
 {
 	uint64		be = pg_hton64((uint64) v);
 
-	pg_cryptohash_update(ctx, (uint8 *) &be, sizeof(be));
+	HashBytes(ctx, &be, sizeof(be));
 }
 
 /*
@@ -126,11 +136,23 @@ static void
 HashNumeric(pg_cryptohash_ctx *ctx, Numeric n)
 {
 	char	   *num = numeric_normalize(n);
-	uint32		len = pg_hton32(strlen(num));
+	size_t		slen = strlen(num);
+	uint32		len = pg_hton32(slen);
 
-	pg_cryptohash_update(ctx, (uint8 *) &len, sizeof(len));
-	pg_cryptohash_update(ctx, (uint8 *) num, strlen(num));
+	HashBytes(ctx, &len, sizeof(len));
+	HashBytes(ctx, num, slen);
 	pfree(num);
+}
+
+/*
+ * HashNone feeds the mark of a NULL measure or distinct value.
+ */
+static void
+HashNone(pg_cryptohash_ctx *ctx)
+{
+	uint32		none = 0xFFFFFFFF;
+
+	HashBytes(ctx, &none, sizeof(none));
 }
 
 /*
@@ -173,19 +195,15 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 		HashInt64(ctx, d->keys);
 		for (int j = 0; j < p->nmeasures; j++)
 		{
-			uint32		none = 0xFFFFFFFF;
-
 			if (d->measures[j] == NULL)
-				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
+				HashNone(ctx);
 			else
 				HashNumeric(ctx, d->measures[j]);
 		}
 		for (int j = 0; j < p->ndistinct; j++)
 		{
-			uint32		none = 0xFFFFFFFF;
-
 			if (d->distincts[j] == (Datum) 0)
-				pg_cryptohash_update(ctx, (uint8 *) &none, sizeof(none));
+				HashNone(ctx);
 			else
 				HashText(ctx, (text *) DatumGetPointer(d->distincts[j]));
 		}

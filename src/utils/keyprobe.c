@@ -35,6 +35,7 @@
 #include "utils/pg_locale.h"
 #include "utils/rel.h"
 
+#include "exactonce.h"
 #include "utils/keyprobe.h"
 
 struct KeyProbe
@@ -89,15 +90,7 @@ BytesOrder(PG_FUNCTION_ARGS)
 	struct varlena *b = (struct varlena *) PG_GETARG_POINTER(1);
 
 	if (PLAIN_VARLENA(a) && PLAIN_VARLENA(b))
-	{
-		int			la = VARSIZE_ANY_EXHDR(a);
-		int			lb = VARSIZE_ANY_EXHDR(b);
-		int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
-
-		if (c == 0)
-			c = (la > lb) - (la < lb);
-		PG_RETURN_INT32(c);
-	}
+		PG_RETURN_INT32(TextCmp((text *) a, (text *) b));
 	return FunctionCall2Coll((FmgrInfo *) fcinfo->flinfo->fn_extra, PG_GET_COLLATION(),
 							 PG_GETARG_DATUM(0), PG_GETARG_DATUM(1));
 }
