@@ -210,26 +210,37 @@ exact('after a move the new node refused');
 # 4. cut off after both nodes committed: the nodes' halves as move_keys()
 # runs them, with events parked on the way; move_keys() again switches
 # the coordinator and sends the parked events on
-my $gid = 'exactonce_move:trades:4:2:1';
-$nodes[0]->safe_psql($db, "SELECT exactonce.move_keys_park('trades', 4, 2, 'node2'); SELECT exactonce.flush('trades')");
-produce(1);
-my ($state, $dead, $horizon) = split /\n/, $nodes[0]->safe_psql(
-	$db, qq{
+# halves_committed(modulus, remainder, meanwhile): a move of the keys from
+# node1 to node2 as move_keys() runs it on the nodes, both halves prepared
+# and committed, the coordinator left out; meanwhile runs once node1 parks
+sub halves_committed
+{
+	my ($m, $r, $meanwhile) = @_;
+	my $gid = "exactonce_move:trades:$m:$r:1";
+	$nodes[0]->safe_psql($db,
+		"SELECT exactonce.move_keys_park('trades', $m, $r, 'node2'); SELECT exactonce.flush('trades')");
+	$meanwhile->() if $meanwhile;
+	my ($state, $dead, $horizon) = split /\n/, $nodes[0]->safe_psql(
+		$db, qq{
 BEGIN;
 SELECT replace(state, E'\\n', '') || E'\\n' || replace(coalesce(dead_letters, ''), E'\\n', '')
 	|| E'\\n' || coalesce(horizon::text, '')
-FROM exactonce.move_keys_out('trades', 4, 2, 'node2', '$gid');
+FROM exactonce.move_keys_out('trades', $m, $r, 'node2', '$gid');
 PREPARE TRANSACTION '$gid';
 }), -1;
-$nodes[1]->safe_psql(
-	$db, qq{
+	$nodes[1]->safe_psql(
+		$db, qq{
 BEGIN;
-SELECT exactonce.move_keys_in('trades', 4, 2, 'node1', '$gid', \$m\$$state\$m\$, NULL,
+SELECT exactonce.move_keys_in('trades', $m, $r, 'node1', '$gid', \$m\$$state\$m\$, NULL,
 	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
 PREPARE TRANSACTION '$gid';
 });
-$nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
-$nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
+	$nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
+	$nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
+	return;
+}
+
+halves_committed(4, 2, sub { produce(1) });
 produce(1);
 $parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_4_2');
 cmp_ok($parked, '>', 0, "cut off after both nodes committed: the old node still parks the range's events ($parked)");
@@ -350,25 +361,7 @@ sub finished
 # check on it waits for the lock at the first parked key, with no lock
 # timeout), so the switch's COPY stops being read once the sockets'
 # buffers are full
-$gid = 'exactonce_move:trades:8:4:1';
-$nodes[0]->safe_psql($db, "SELECT exactonce.move_keys_park('trades', 8, 4, 'node2'); SELECT exactonce.flush('trades')");
-($state, $dead, $horizon) = split /\n/, $nodes[0]->safe_psql(
-	$db, qq{
-BEGIN;
-SELECT replace(state, E'\\n', '') || E'\\n' || replace(coalesce(dead_letters, ''), E'\\n', '')
-	|| E'\\n' || coalesce(horizon::text, '')
-FROM exactonce.move_keys_out('trades', 8, 4, 'node2', '$gid');
-PREPARE TRANSACTION '$gid';
-}), -1;
-$nodes[1]->safe_psql(
-	$db, qq{
-BEGIN;
-SELECT exactonce.move_keys_in('trades', 8, 4, 'node1', '$gid', \$m\$$state\$m\$, NULL,
-	nullif(\$m\$$dead\$m\$, ''), nullif('$horizon', '')::bigint);
-PREPARE TRANSACTION '$gid';
-});
-$nodes[1]->safe_psql($db, "COMMIT PREPARED '$gid'");
-$nodes[0]->safe_psql($db, "COMMIT PREPARED '$gid'");
+halves_committed(8, 4);
 my ($events, $first) = parked_events('parked', 8, 4);
 send_direct($nodes[0], $events, $first);
 $parked = $nodes[0]->safe_psql($db, 'SELECT count(*) FROM trades.moving_8_4');
