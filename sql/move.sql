@@ -271,13 +271,13 @@ INSERT INTO pk.ingest (key, version, value, desk)
 ALTER TABLE pk.moving_2_0 ALTER COLUMN desk TYPE varchar;
 SELECT regexp_replace(pg_temp.err($$INSERT INTO pk.ingest (key, version, value, desk)
 	SELECT key, 9101, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 1$$),
-	'ingest_[01]', 'ingest_N') AS err;
+	'ingest_[01](_[0-9]+)?', 'ingest_N') AS err;
 ALTER TABLE pk.moving_2_0 ALTER COLUMN desk TYPE text;
 CREATE ROLE pk_other;
 ALTER TABLE pk.moving_2_0 OWNER TO pk_other;
 SELECT regexp_replace(pg_temp.err($$INSERT INTO pk.ingest (key, version, value, desk)
 	SELECT key, 9102, 1, desk FROM pk_sent WHERE exactonce.key_bucket(key, 2) = 0 ORDER BY key LIMIT 1$$),
-	'ingest_[01]', 'ingest_N') AS err;
+	'ingest_[01](_[0-9]+)?', 'ingest_N') AS err;
 ALTER TABLE pk.moving_2_0 OWNER TO CURRENT_USER;
 DROP ROLE pk_other;
 INSERT INTO pk.ingest (key, version, value, desk)

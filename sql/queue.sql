@@ -3,13 +3,16 @@ CREATE EXTENSION exactonce;
 SET client_min_messages = warning;
 \set VERBOSITY terse
 SELECT exactonce.create_pipeline('q', ARRAY['d']);
+-- the bytes of a queue partition's tables (one per shard)
+CREATE FUNCTION pg_temp.bytes(part regclass) RETURNS bigint
+	LANGUAGE sql AS $$SELECT sum(pg_relation_size(relid))::bigint FROM pg_partition_tree(part)$$;
 
 -- inserts land in the partition that progress.rotation names; each key
 -- shard keeps its own drain position
 SELECT rotation, drain_rotation FROM q.progress;
 SELECT shard, drain_rotation, drain_position FROM q.shard ORDER BY shard;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 5000) i;
-SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1;
+SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1 ORDER BY 1::regclass::text;
 
 -- COPY works the same way
 COPY q.ingest (key, version, value, d) FROM stdin;
@@ -17,12 +20,12 @@ c1	1	1.5	y
 c2	1	2.5	y
 \.
 SELECT count(*) FROM q.ingest;
-SELECT pg_relation_size('q.ingest_0') > 0 AS has_pages;
+SELECT pg_temp.bytes('q.ingest_0') > 0 AS has_pages;
 
 -- draining empties the partition at once: no dead rows left behind
 SELECT exactonce.flush('q');
 SELECT count(*) FROM q.ingest;
-SELECT pg_relation_size('q.ingest_0') AS ingest_0_bytes, pg_relation_size('q.ingest_1') AS ingest_1_bytes;
+SELECT pg_temp.bytes('q.ingest_0') AS ingest_0_bytes, pg_temp.bytes('q.ingest_1') AS ingest_1_bytes;
 SELECT total, keys FROM q.aggregates WHERE level = 0;
 
 -- the same holds after many rounds: size does not grow with volume
@@ -34,7 +37,7 @@ BEGIN
 		PERFORM exactonce.flush('q');
 	END LOOP;
 END $$;
-SELECT pg_relation_size('q.ingest_0') + pg_relation_size('q.ingest_1') AS queue_bytes;
+SELECT pg_temp.bytes('q.ingest_0') + pg_temp.bytes('q.ingest_1') AS queue_bytes;
 SELECT count(*) AS ledger_rows FROM q.ledger;
 SELECT ingested, applied, batches FROM exactonce.pipelines WHERE name = 'q';
 
@@ -140,9 +143,19 @@ SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS eve
        bool_and(drain_rotation = (SELECT rotation FROM q.progress) AND drain_position = 0) AS at_start
 FROM q.shard;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 31, 5, 'z' FROM generate_series(1, 300) i;
+-- each queue partition is cut into a table per shard, which holds the rows
+-- of that shard's keys only (the shard of a key: its hash modulo shards), so
+-- that a shard reads its own rows and no others
+SELECT relid::regclass, parentrelid::regclass, isleaf, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_partition_tree('q.ingest') t JOIN pg_class c ON c.oid = t.relid ORDER BY relid::text;
+SELECT tableoid::regclass AS leaf, count(*) AS rows,
+	   bool_and((exactonce.key_shard_hash(key)::bigint & 4294967295) % 3 = right(tableoid::regclass::text, 1)::int) AS its_shard_only
+FROM q.ingest GROUP BY 1 ORDER BY leaf::text;
 SELECT exactonce.set_shards('q', 1);
 SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted FROM q.shard;
 SELECT sum(value) = 300 * 5 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
+-- one shard has plain partitions
+SELECT relid::regclass, isleaf FROM pg_partition_tree('q.ingest') ORDER BY relid::text;
 SELECT exactonce.set_shards('q', 0);
 SELECT exactonce.set_shards('q', NULL);
 SELECT exactonce.set_shards('nope', 2);

@@ -170,6 +170,15 @@ SELECT exactonce.flush('old');
 SELECT d, level, total, keys FROM old.aggregates ORDER BY level, d;
 SELECT ingested, applied, duplicates, stale, shards FROM exactonce.pipelines WHERE name = 'old';
 SELECT count(*) AS queued FROM old.ingest;
+-- 1.19: a queue made before keeps its plain partitions, drained as before,
+-- until set_shards() makes them anew, a table per shard
+SELECT relkind FROM pg_class WHERE oid = 'old.ingest_0'::regclass;
+INSERT INTO old.ingest (key, version, value, d) SELECT 'u' || i, 1, 1, 'u' FROM generate_series(1, 100) i;
+SELECT exactonce.set_shards('old', 2) AS drained;
+SELECT relid::regclass, isleaf FROM pg_partition_tree('old.ingest') ORDER BY relid::text;
+INSERT INTO old.ingest (key, version, value, d) SELECT 'u' || i, 2, 2, 'u' FROM generate_series(1, 100) i;
+SELECT exactonce.flush('old');
+SELECT total, keys FROM old.aggregates WHERE level = 1 AND d = 'u';
 RESET ROLE;
 
 -- a pipeline created after the upgrade has the new default

@@ -86,6 +86,10 @@ typedef struct Pipeline
 	Oid			nspid;
 	Oid			ingest;			/* partitioned parent */
 	Oid			partitions[EXACTONCE_PARTITIONS];	/* ingest_0, ingest_1 */
+	bool		queue_by_shard; /* the partitions are hash-partitioned by
+								 * shard into the leaves below (1.19); else a
+								 * leaf is its partition, every shard's */
+	Oid			leaves[EXACTONCE_PARTITIONS][EXACTONCE_MAX_SHARDS]; /* ingest_<slot>_<shard> */
 	Oid			state;
 	Oid			state_pkey;
 	Oid			state_cell;		/* latest mode with min_max: on the dimensions */

@@ -21,12 +21,18 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_partitioned_table.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "nodes/value.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -256,8 +262,8 @@ CheckOwnership(Pipeline *p)
 		char		relkind;
 	}			rels[] = {
 		{p->ingest, RELKIND_PARTITIONED_TABLE},
-		{p->partitions[0], RELKIND_RELATION},
-		{p->partitions[1], RELKIND_RELATION},
+		{p->partitions[0], p->queue_by_shard ? RELKIND_PARTITIONED_TABLE : RELKIND_RELATION},
+		{p->partitions[1], p->queue_by_shard ? RELKIND_PARTITIONED_TABLE : RELKIND_RELATION},
 		{p->state, RELKIND_RELATION},
 		{p->progress, RELKIND_RELATION},
 		{p->shard, RELKIND_RELATION},
@@ -277,6 +283,9 @@ CheckOwnership(Pipeline *p)
 	for (int i = 0; ok && i < lengthof(rels); i++)
 		ok = OidIsValid(rels[i].relid) && get_rel_relkind(rels[i].relid) == rels[i].relkind &&
 			StatementRelationOwner(rels[i].relid) == p->owner;
+	for (int i = 0; ok && p->queue_by_shard && i < EXACTONCE_PARTITIONS; i++)
+		for (int s = 0; ok && s < p->nshards; s++)
+			ok = StatementRelationOwner(p->leaves[i][s]) == p->owner;
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -285,6 +294,101 @@ CheckOwnership(Pipeline *p)
 						   GetUserNameFromId(p->owner, true) ? GetUserNameFromId(p->owner, true) : "(dropped)"),
 				 errhint("Restore them, or drop the pipeline with exactonce.drop_pipeline('%s', force => true).",
 						 p->name)));
+}
+
+/*
+ * PipelineShardOpclass returns the hash operator class by which a queue is
+ * laid out by shard, exactonce.key_shard_ops (1.19); InvalidOid where the
+ * catalog is older and missing_ok.
+ */
+Oid
+PipelineShardOpclass(bool missing_ok)
+{
+	return get_opclass_oid(HASH_AM_OID,
+						   list_make2(makeString("exactonce"), makeString("key_shard_ops")),
+						   missing_ok);
+}
+
+/*
+ * LeavesError reports queue partitions that are not laid out by shard
+ * as create_pipeline() lays them.
+ */
+static void
+LeavesError(Pipeline *p, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg("queue partitions of pipeline \"%s\" are not what exactonce made", p->name),
+			 errdetail("%s", why),
+			 errhint("Restore them, or drop the pipeline with exactonce.drop_pipeline('%s', force => true).",
+					 p->name)));
+}
+
+/*
+ * FindLeaves finds the leaves of a queue laid out by shard (1.19): each
+ * partition ingest_<slot> hash-partitioned on key with
+ * exactonce.key_shard_ops, whose hash puts a key in the leaf of its shard
+ * (QueueKeyShard), and leaf ingest_<slot>_<shard> the partition of
+ * remainder shard of modulus shards.  A queue made before 1.19, or with
+ * one shard, has plain partitions that hold every shard's rows.  Leaves
+ * are checked by their bounds, not only their names, so that no shard can
+ * drain the rows of another's keys.
+ */
+static void
+FindLeaves(Pipeline *p)
+{
+	Oid			opclass;
+
+	p->queue_by_shard = get_rel_relkind(p->partitions[0]) == RELKIND_PARTITIONED_TABLE;
+	if (!p->queue_by_shard)
+		return;
+	opclass = PipelineShardOpclass(false);
+	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
+	{
+		HeapTuple	tup = SearchSysCache1(PARTRELID, ObjectIdGetDatum(p->partitions[i]));
+		Form_pg_partitioned_table part;
+		oidvector  *classes;
+		bool		isnull;
+		bool		ok;
+
+		if (!HeapTupleIsValid(tup))
+			LeavesError(p, psprintf("Partition ingest_%d is not partitioned.", i));
+		part = (Form_pg_partitioned_table) GETSTRUCT(tup);
+		classes = (oidvector *) DatumGetPointer(SysCacheGetAttr(PARTRELID, tup,
+																Anum_pg_partitioned_table_partclass,
+																&isnull));
+		ok = !isnull && part->partstrat == PARTITION_STRATEGY_HASH && part->partnatts == 1 &&
+			part->partattrs.values[0] == get_attnum(p->partitions[i], "key") &&
+			classes->values[0] == opclass;
+		ReleaseSysCache(tup);
+		if (!ok)
+			LeavesError(p, psprintf("Partition ingest_%d must be partitioned by HASH (key exactonce.key_shard_ops).", i));
+		for (int s = 0; s < p->nshards; s++)
+		{
+			char	   *name = psprintf("ingest_%d_%d", i, s);
+			Oid			leaf = get_relname_relid(name, p->nspid);
+			HeapTuple	ctup;
+			PartitionBoundSpec *bound = NULL;
+
+			if (OidIsValid(leaf) && get_rel_relkind(leaf) == RELKIND_RELATION &&
+				get_rel_relispartition(leaf) &&
+				get_partition_parent(leaf, true) == p->partitions[i] &&
+				HeapTupleIsValid(ctup = SearchSysCache1(RELOID, ObjectIdGetDatum(leaf))))
+			{
+				bool		isnull;
+				Datum		d = SysCacheGetAttr(RELOID, ctup, Anum_pg_class_relpartbound, &isnull);
+
+				if (!isnull)
+					bound = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(d)));
+				ReleaseSysCache(ctup);
+			}
+			if (bound == NULL || bound->strategy != PARTITION_STRATEGY_HASH ||
+				bound->modulus != p->nshards || bound->remainder != s)
+				LeavesError(p, psprintf("Table %s must be the partition of ingest_%d FOR VALUES WITH (MODULUS %d, REMAINDER %d).",
+										name, i, p->nshards, s));
+			p->leaves[i][s] = leaf;
+		}
+	}
 }
 
 /*
@@ -406,6 +510,7 @@ PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 				 errmsg("relations of pipeline \"%s\" are missing", p->name),
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
+	FindLeaves(p);
 	if (!ShapeCheck(p, tables))
 		return NULL;
 	CheckOwnership(p);

@@ -17,6 +17,7 @@ extern Pipeline *PipelineLoad(const char *name, bool for_owner);
 extern Pipeline *PipelineLoadTables(const char *name, bool for_owner, uint32 tables);
 extern Pipeline *PipelineLoadById(int32 id, uint32 tables);
 extern Pipeline *PipelineLoadDefinition(const char *name);
+extern Oid	PipelineShardOpclass(bool missing_ok);
 extern void PipelineActAsOwner(Pipeline *p);
 extern void PipelineActAsCaller(Pipeline *p);
 extern List *PipelineListIds(List **shards);

@@ -513,6 +513,44 @@ AppendAggregateComments(StringInfo sql, Pipeline *def)
 }
 
 /*
+ * PartitionsDDL returns the statements that make the queue's two
+ * partitions, in schema s (quoted).  With more than one shard each is
+ * partitioned in turn by the shard of the key (exactonce.key_shard_ops, the
+ * hash of QueueKeyShard), so that a shard reads only its own rows: leaf
+ * ingest_<slot>_<shard>.  Where the catalog is older than 1.19, which has
+ * no such operator class, they hold every shard's rows.
+ */
+static char *
+PartitionsDDL(const char *s, int nshards)
+{
+	StringInfoData sql;
+	bool		by_shard = nshards > 1 && OidIsValid(PipelineShardOpclass(true));
+
+	initStringInfo(&sql);
+	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
+	{
+		appendStringInfo(&sql, "CREATE TABLE %s.ingest_%d PARTITION OF %s.ingest FOR VALUES IN (%d)",
+						 s, i, s, i);
+		if (!by_shard)
+		{
+			appendStringInfo(&sql, " WITH (autovacuum_enabled = false);\n"
+							 "COMMENT ON TABLE %s.ingest_%d IS 'exactonce: queue partition %d, truncated once drained';\n",
+							 s, i, i);
+			continue;
+		}
+		appendStringInfo(&sql, " PARTITION BY HASH (key exactonce.key_shard_ops);\n"
+						 "COMMENT ON TABLE %s.ingest_%d IS 'exactonce: queue partition %d, one table per shard, each truncated once drained';\n",
+						 s, i, i);
+		for (int j = 0; j < nshards; j++)
+			appendStringInfo(&sql, "CREATE TABLE %s.ingest_%d_%d PARTITION OF %s.ingest_%d"
+							 " FOR VALUES WITH (MODULUS %d, REMAINDER %d) WITH (autovacuum_enabled = false);\n"
+							 "COMMENT ON TABLE %s.ingest_%d_%d IS 'exactonce: queue partition %d, the rows of shard %d';\n",
+							 s, i, j, s, i, nshards, j, s, i, j, i, j);
+	}
+	return sql.data;
+}
+
+/*
  * BuildPipelineDDL returns the statements that create a pipeline's schema.
  */
 static char *
@@ -592,12 +630,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 "COMMENT ON COLUMN %s.ingest.ingest_slot IS 'managed by exactonce: the queue partition taking inserts; never set it';\n"
 					 "COMMENT ON COLUMN %s.ingest.ingest_id IS 'managed by exactonce: identifies the row in drain positions';\n",
 					 s, s, s);
-	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
-		appendStringInfo(&sql,
-						 "CREATE TABLE %s.ingest_%d PARTITION OF %s.ingest FOR VALUES IN (%d)"
-						 " WITH (autovacuum_enabled = false);\n"
-						 "COMMENT ON TABLE %s.ingest_%d IS 'exactonce: queue partition %d, truncated once drained';\n",
-						 s, i, s, i, s, i, i);
+	appendStringInfoString(&sql, PartitionsDDL(s, nshards));
 
 	/*
 	 * Added once the partitions exist, so that theirs is NOT VALID too:
@@ -1112,6 +1145,14 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(p->id);
 	PipelineRegistryExec("UPDATE exactonce.pipeline SET shards = $1 WHERE id OPERATOR(pg_catalog.=) $2",
 						 2, types, values, 1);
+
+	/*
+	 * The queue is empty: its partitions are made anew, cut by the new shards
+	 * (a queue made before 1.19 is laid out by shard from here on).
+	 */
+	if (SPI_execute(psprintf("DROP TABLE %s.ingest_0, %s.ingest_1;\n%s", s, s,
+							 PartitionsDDL(s, nshards)), false, 0) < 0)
+		elog(ERROR, "could not make the queue partitions of pipeline \"%s\" anew", p->name);
 
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);

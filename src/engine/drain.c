@@ -535,7 +535,7 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		 * Do not wait for a reader of the partition (pg_dump, a long query)
 		 * to truncate it: try again soon, while other pipelines go on.
 		 */
-		if (!QueueLockPartition(p->partitions[slotno]))
+		if (!QueueLockPartition(p, slotno))
 		{
 			r.sealing = true;
 			return r;

@@ -32,12 +32,15 @@
  *
  * A sealed partition never changes, so its rows are read in TID order in
  * batches.  Keys are split into shards by a hash (QueueKeyShard), and the shards
- * are drained independently, each by one worker: a shard reads the rows of
- * its keys and skips the others, and its row in table shard remembers where
+ * are drained independently, each by one worker: with more than one shard,
+ * each partition is partitioned in turn by that hash into a leaf per shard,
+ * ingest_<slot>_<shard>, and a shard reads its leaf (a queue made before
+ * 1.19 has plain partitions, whose every row each shard reads, skipping
+ * the other shards' keys).  A shard's row in table shard remembers where
  * it stands (QueuePosition), moved in the same transaction as the batch's
- * effects.  Once every shard has passed the end, the partition is truncated,
- * which returns its space at once, however old the oldest open snapshot is.
- * Nothing deletes queue rows one by one.
+ * effects.  Once every shard has passed the end, the partition's leaves are
+ * emptied, which returns their space at once, however old the oldest open
+ * snapshot is.  Nothing deletes queue rows one by one.
  *
  * A TID alone is no position: VACUUM FULL, CLUSTER, a rewriting ALTER
  * TABLE, pg_repack and a dump restored elsewhere move rows.  A position is
@@ -95,6 +98,8 @@ PG_FUNCTION_INFO_V1(exactonce_ingest_slot);
 PG_FUNCTION_INFO_V1(exactonce_ingest_slot_check);
 PG_FUNCTION_INFO_V1(exactonce_pipeline_slot);
 PG_FUNCTION_INFO_V1(exactonce_pipeline_slot_check);
+PG_FUNCTION_INFO_V1(exactonce_key_shard_hash);
+PG_FUNCTION_INFO_V1(exactonce_key_shard_hash_extended);
 
 /*
  * The slot read for one queue by this (sub)transaction.  It is valid while
@@ -331,16 +336,64 @@ QueueFreeze(Pipeline *p)
 }
 
 /*
- * QueueKeyShard returns the shard of a key: a hash of its bytes, which is stable
+ * KeyHash is the hash that cuts keys into shards: of the key's bytes, stable
  * for as long as the server's binaries are the same.
+ */
+static uint32
+KeyHash(text *key)
+{
+	return hash_bytes((const unsigned char *) VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+}
+
+/*
+ * QueueKeyShard returns the shard of a key.
  */
 int
 QueueKeyShard(Pipeline *p, text *key)
 {
 	if (p->nshards == 1)
 		return 0;
-	return (int) (hash_bytes((const unsigned char *) VARDATA_ANY(key),
-							 VARSIZE_ANY_EXHDR(key)) % (uint32) p->nshards);
+	return (int) (KeyHash(key) % (uint32) p->nshards);
+}
+
+/*
+ * The hash operator class exactonce.key_shard_ops, by which a queue laid out
+ * by shard partitions its rows: its extended hash puts each key in the leaf
+ * of its shard.  PostgreSQL routes a row of a HASH partitioned table to the
+ * partition of remainder hash_combine64(0, h) % modulus, where h is what
+ * the extended hash returns, which is h plus a constant: h is taken as
+ * KeyHash less that constant, whatever the seed, so that the remainder is
+ * QueueKeyShard.  The shards of a pipeline made before 1.19 were cut so,
+ * and an adopted node's keys stay spread over its shards: the node's share
+ * of the keys is picked by PostgreSQL's own hash of text.  Bytes hash
+ * alike only where equal strings are equal bytes: a deterministic
+ * collation, as the queue's "C".
+ */
+static text *
+ShardHashArg(FunctionCallInfo fcinfo)
+{
+	Oid			collid = PG_GET_COLLATION();
+
+	if (!OidIsValid(collid) || !get_collation_isdeterministic(collid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INDETERMINATE_COLLATION),
+				 errmsg("exactonce.key_shard_ops needs a deterministic collation"),
+				 errhint("Use it on a column of collation \"C\", as the queue's key.")));
+	return PG_GETARG_TEXT_PP(0);
+}
+
+Datum
+exactonce_key_shard_hash(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32((int32) KeyHash(ShardHashArg(fcinfo)));
+}
+
+Datum
+exactonce_key_shard_hash_extended(PG_FUNCTION_ARGS)
+{
+	uint64		h = KeyHash(ShardHashArg(fcinfo));
+
+	PG_RETURN_INT64((int64) (h - hash_combine64(0, 0)));
 }
 
 /*
@@ -361,6 +414,35 @@ static int64
 TidPosition(ItemPointer tid)
 {
 	return ((int64) ItemPointerGetBlockNumber(tid) << 16) | ItemPointerGetOffsetNumber(tid);
+}
+
+/*
+ * A partition's leaves: one per shard in a queue laid out by shard, holding
+ * that shard's rows; else one, the partition, holding every shard's.
+ */
+static int
+LeafCount(Pipeline *p)
+{
+	return p->queue_by_shard ? p->nshards : 1;
+}
+
+static Oid
+Leaf(Pipeline *p, int slotno, int j)
+{
+	return p->queue_by_shard ? p->leaves[slotno][j] : p->partitions[slotno];
+}
+
+/* the leaf that holds a shard's rows, and whether it holds others' too */
+static Oid
+ShardLeaf(Pipeline *p, int slotno, int shard)
+{
+	return Leaf(p, slotno, p->queue_by_shard ? shard : 0);
+}
+
+static bool
+LeafShared(Pipeline *p)
+{
+	return !p->queue_by_shard && p->nshards > 1;
 }
 
 /*
@@ -479,7 +561,8 @@ Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		if (QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull))) != shard)
+		if (LeafShared(p) &&
+			QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull))) != shard)
 			continue;
 		row = RowId(slot, id_attnum);
 		digest += RowDigest(row);
@@ -509,12 +592,16 @@ Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
 
 /*
  * QueueReadBatch reads up to max events of a shard's keys from the sealed
- * partition of pos->rotation that follow pos, and moves pos past them.
+ * partition of pos->rotation that follow pos, and moves pos past them.  In
+ * a queue laid out by shard they are all the rows of the shard's leaf; the
+ * first of each batch is checked to be of the shard, which the leaves'
+ * bounds promise (PostgreSQL's routing and QueueKeyShard agree).
  */
 int
 QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *events)
 {
-	Relation	rel = table_open(p->partitions[pos->rotation % EXACTONCE_PARTITIONS], AccessShareLock);
+	Relation	rel = table_open(ShardLeaf(p, pos->rotation % EXACTONCE_PARTITIONS, shard),
+								 AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	AttrNumber	attnums[EV_ATTNUMS];
 	AttrNumber	id_attnum = IdAttnum(rel);
@@ -540,12 +627,18 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		if (p->nshards > 1 &&
+		if (LeafShared(p) &&
 			QueueKeyShard(p, DatumGetTextPP(slot_getattr(slot, attnums[EV_KEY], &isnull))) != shard)
 			continue;
 		missing = EventFromSlot(p, slot, attnums, ev);
 		if (missing)
 			elog(ERROR, "queue row of pipeline \"%s\" has no %s", p->name, missing);
+		if (n == 0 && p->queue_by_shard && QueueKeyShard(p, ev->key) != shard)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("queue partition \"%s\" holds a key of shard %d, not of shard %d",
+							RelationGetRelationName(rel), QueueKeyShard(p, ev->key), shard),
+					 errdetail("PostgreSQL routed the row by a hash other than exactonce's.")));
 		ev->ord = n++;
 		pos->row = RowId(slot, id_attnum);
 		pos->tid = TidPosition(&slot->tts_tid);
@@ -569,43 +662,47 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 bool
 QueueHasRows(Pipeline *p, int slotno)
 {
-	Relation	rel = table_open(p->partitions[slotno], AccessShareLock);
-	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
 	bool		has = false;
 
-	for (BlockNumber blk = 0; blk < nblocks && !has; blk++)
+	for (int j = 0; j < LeafCount(p) && !has; j++)
 	{
-		Buffer		buf = ReadBuffer(rel, blk);
-		Page		page = BufferGetPage(buf);
+		Relation	rel = table_open(Leaf(p, slotno, j), AccessShareLock);
+		BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
 
-		CHECK_FOR_INTERRUPTS();
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		has = !PageIsNew(page) && PageGetMaxOffsetNumber(page) > 0;
-		UnlockReleaseBuffer(buf);
+		for (BlockNumber blk = 0; blk < nblocks && !has; blk++)
+		{
+			Buffer		buf = ReadBuffer(rel, blk);
+			Page		page = BufferGetPage(buf);
+
+			CHECK_FOR_INTERRUPTS();
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			has = !PageIsNew(page) && PageGetMaxOffsetNumber(page) > 0;
+			UnlockReleaseBuffer(buf);
+		}
+		table_close(rel, AccessShareLock);
 	}
-	table_close(rel, AccessShareLock);
 	return has;
 }
 
 /*
- * ScanStart returns where the rows of partition r that a shard has still to
- * take can begin, and whether the shards' TIDs tell which rows are taken.
- * When every shard's position in r still holds (no rewrite moved the rows),
- * a row of shard s is taken if it lies at or before s's last TID, so the
- * rows before the lowest of those TIDs are all taken and need no look:
- * what remains is the backlog, not the partition (nothing, where every
- * shard has passed r).  Otherwise only the counts can tell, from the first
- * row.
+ * ScanStart returns where the rows of leaf rel of partition r that a shard
+ * has still to take can begin, and whether the shards' TIDs tell which rows
+ * are taken; the leaf holds the rows of shards first to last.  When every
+ * such shard's position in r still holds (no rewrite moved the rows), a row
+ * of shard s is taken if it lies at or before s's last TID, so the rows
+ * before the lowest of those TIDs are all taken and need no look: what
+ * remains is the backlog, not the leaf (nothing, where every shard has
+ * passed r).  Otherwise only the counts can tell, from the first row.
  */
 static bool
-ScanStart(Pipeline *p, Relation rel, Snapshot snap, int64 r, QueuePosition *shards,
+ScanStart(Relation rel, Snapshot snap, int64 r, QueuePosition *shards, int first, int last,
 		  ItemPointer start)
 {
 	AttrNumber	id_attnum = IdAttnum(rel);
 	int64		lowest = PG_INT64_MAX;
 
 	ItemPointerSet(start, 0, 1);
-	for (int s = 0; s < p->nshards; s++)
+	for (int s = first; s <= last; s++)
 	{
 		if (shards[s].rotation > r)
 			continue;			/* it took all of r */
@@ -644,77 +741,94 @@ QueueDepth(Pipeline *p, int64 rotation, int64 drain_rotation,
 	*oldest = DT_NOEND;
 	for (int64 r = drain_rotation; r <= rotation && (limit <= 0 || depth < limit); r++)
 	{
-		Oid			relid = p->partitions[r % EXACTONCE_PARTITIONS];
-		Relation	rel;
-		Snapshot	snap;
-		ItemPointerData mintid,
-					maxtid;
-		TableScanDesc scan;
-		TupleTableSlot *slot;
-		AttrNumber	key_attnum,
-					time_attnum;
-		bool		by_tid;
-
-		if (!ConditionalLockRelationOid(relid, AccessShareLock))
-			return -1;
-		rel = table_open(relid, NoLock);
-		key_attnum = get_attnum(relid, "key");
-		time_attnum = get_attnum(relid, "event_time");
-		snap = RegisterSnapshot(GetLatestSnapshot());
-		memset(seen, 0, sizeof(seen));
-		by_tid = ScanStart(p, rel, snap, r, shards, &mintid);
-		ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
-		scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
-		slot = table_slot_create(rel, NULL);
-		while ((limit <= 0 || depth < limit) &&
-			   table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		for (int j = 0; j < LeafCount(p) && (limit <= 0 || depth < limit); j++)
 		{
-			bool		isnull;
-			Datum		t;
-			text	   *key = DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull));
-			int			shard = QueueKeyShard(p, key);
+			Oid			relid = Leaf(p, r % EXACTONCE_PARTITIONS, j);
+			int			first = p->queue_by_shard ? j : 0;
+			int			last = p->queue_by_shard ? j : p->nshards - 1;
+			Relation	rel;
+			Snapshot	snap;
+			ItemPointerData mintid,
+						maxtid;
+			TableScanDesc scan;
+			TupleTableSlot *slot;
+			AttrNumber	key_attnum,
+						time_attnum;
+			bool		by_tid;
 
-			/* taken by its shard already: up to its TID, or its first rows */
-			CHECK_FOR_INTERRUPTS();
-			if (r < shards[shard].rotation ||
-				(r == shards[shard].rotation &&
-				 (by_tid ? TidPosition(&slot->tts_tid) <= shards[shard].tid :
-				  ++seen[shard] <= shards[shard].count)))
-				continue;
-			if (before != NULL && !table_tuple_satisfies_snapshot(rel, slot, before))
-				continue;
-			if (filter != NULL && !filter(key, filter_arg))
-				continue;
-			t = slot_getattr(slot, time_attnum, &isnull);
-			depth++;
-			if (!isnull)
-				*oldest = Min(*oldest, DatumGetTimestampTz(t));
+			if (!ConditionalLockRelationOid(relid, AccessShareLock))
+				return -1;
+			rel = table_open(relid, NoLock);
+			key_attnum = get_attnum(relid, "key");
+			time_attnum = get_attnum(relid, "event_time");
+			snap = RegisterSnapshot(GetLatestSnapshot());
+			memset(seen, 0, sizeof(seen));
+			by_tid = ScanStart(rel, snap, r, shards, first, last, &mintid);
+			ItemPointerSet(&maxtid, MaxBlockNumber, MaxOffsetNumber);
+			scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
+			slot = table_slot_create(rel, NULL);
+			while ((limit <= 0 || depth < limit) &&
+				   table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+			{
+				bool		isnull;
+				Datum		t;
+				text	   *key = DatumGetTextPP(slot_getattr(slot, key_attnum, &isnull));
+				int			shard = first == last ? first : QueueKeyShard(p, key);
+
+				/*
+				 * taken by its shard already: up to its TID, or its first
+				 * rows
+				 */
+				CHECK_FOR_INTERRUPTS();
+				if (r < shards[shard].rotation ||
+					(r == shards[shard].rotation &&
+					 (by_tid ? TidPosition(&slot->tts_tid) <= shards[shard].tid :
+					  ++seen[shard] <= shards[shard].count)))
+					continue;
+				if (before != NULL && !table_tuple_satisfies_snapshot(rel, slot, before))
+					continue;
+				if (filter != NULL && !filter(key, filter_arg))
+					continue;
+				t = slot_getattr(slot, time_attnum, &isnull);
+				depth++;
+				if (!isnull)
+					*oldest = Min(*oldest, DatumGetTimestampTz(t));
+			}
+			ExecDropSingleTupleTableSlot(slot);
+			table_endscan(scan);
+			UnregisterSnapshot(snap);
+			table_close(rel, AccessShareLock);
 		}
-		ExecDropSingleTupleTableSlot(slot);
-		table_endscan(scan);
-		UnregisterSnapshot(snap);
-		table_close(rel, AccessShareLock);
 	}
 	return depth;
 }
 
 /*
  * QueueLockPartition takes the ACCESS EXCLUSIVE lock that retiring a
- * partition needs, on it and on its TOAST table, without waiting: false
- * when someone holds either (a reader, pg_dump, VACUUM).
+ * partition needs, on it, its leaves and their TOAST tables, without
+ * waiting: false when someone holds one (a reader, pg_dump, VACUUM).
  */
 bool
-QueueLockPartition(Oid relid)
+QueueLockPartition(Pipeline *p, int slotno)
 {
-	Relation	rel;
-	Oid			toast;
-
-	if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+	if (p->queue_by_shard &&
+		!ConditionalLockRelationOid(p->partitions[slotno], AccessExclusiveLock))
 		return false;
-	rel = table_open(relid, NoLock);
-	toast = rel->rd_rel->reltoastrelid;
-	table_close(rel, NoLock);
-	return !OidIsValid(toast) || ConditionalLockRelationOid(toast, AccessExclusiveLock);
+	for (int j = 0; j < LeafCount(p); j++)
+	{
+		Oid			relid = Leaf(p, slotno, j);
+		Relation	rel;
+		Oid			toast;
+
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+			return false;
+		rel = table_open(relid, NoLock);
+		toast = rel->rd_rel->reltoastrelid;
+		table_close(rel, NoLock);
+		if (OidIsValid(toast) && !ConditionalLockRelationOid(toast, AccessExclusiveLock))
+			return false;
+	}
+	return true;
 }
 
 /*
@@ -883,13 +997,18 @@ QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before)
 	{
 		int			slotno = (int) (rotation % EXACTONCE_PARTITIONS);
 
-		if (drained_before && EmptyInPlace(p->partitions[slotno]))
-			continue;
-		if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
-								 quote_identifier(psprintf("ingest_%d", slotno))),
-						false, 0) < 0)
-			elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
-				 slotno, p->name);
+		for (int j = 0; j < LeafCount(p); j++)
+		{
+			Oid			leaf = Leaf(p, slotno, j);
+
+			if (drained_before && EmptyInPlace(leaf))
+				continue;
+			if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
+									 quote_identifier(get_rel_name(leaf))),
+							false, 0) < 0)
+				elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
+					 slotno, p->name);
+		}
 	}
 	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, last);
 }

@@ -46,7 +46,7 @@ extern int	QueueKeyShard(Pipeline *p, text *key);
 extern void QueuePositionStart(QueuePosition *pos, int64 rotation);
 extern int	QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max,
 						   Event *events);
-extern bool QueueLockPartition(Oid relid);
+extern bool QueueLockPartition(Pipeline *p, int slotno);
 extern void QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before);
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);

@@ -53,7 +53,9 @@ rewrite_mid_drain('CLUSTER by ingest_id', 'CREATE INDEX by_id ON PART (ingest_id
 # differs, and the shards refuse to go on
 ok(eo_half_drain($node, $db, $next, $next + 29999), 'CLUSTER by key: half way through a partition');
 $next += 30000;
-my $part = eo_queue_partition($node, $db);
+# the whole partition being drained, every shard's table of it
+my $whole_sql = q{SELECT 'trades.ingest_' || drain_rotation % 2 FROM trades.shard WHERE shard = 0};
+my $part = $node->safe_psql($db, $whole_sql);
 my $aggregates = "SELECT string_agg(level || coalesce(risk_type, '') || coalesce(region, '') || total || '/' || keys, ',' ORDER BY 1) FROM trades.aggregates";
 my $before = $node->safe_psql($db, $aggregates);
 $node->safe_psql($db, "CREATE INDEX by_key ON $part (key DESC); CLUSTER $part USING by_key; DROP INDEX trades.by_key");
@@ -91,7 +93,7 @@ eo_check($node, $db, 'trigger dropped');
 # and refuses to go on
 $next = 3001;
 ok(eo_half_drain($node, $db, $next, $next + 29999), 'DELETE: half way through a partition');
-$part = eo_queue_partition($node, $db);
+$part = $node->safe_psql($db, $whole_sql);
 $before = $node->safe_psql($db, $aggregates);
 is( $node->safe_psql(
 		$db,

@@ -64,7 +64,7 @@ repack('runs.seen', 1, 0);
 repack('runs.state', 2, 0);
 repack('trades.ledger', 3, 0);
 repack('trades.aggregates', 4, 1);
-repack('trades.ingest_0', 5, 1);
+repack('trades.ingest_0_0', 5, 1);
 # a worker meets pg_repack's trigger only if it writes state while the
 # trigger is on: on a busy machine the drain may miss each window, so state
 # is repacked again under new events until it has (at most five times)

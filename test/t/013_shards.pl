@@ -189,7 +189,9 @@ while ($taken != $before)
 ok($taken > 0 && $taken < 20000, "sh4: paused part way through the partition ($taken of 20000 taken)");
 is(sql(q{SELECT queued FROM exactonce.pipelines WHERE name = 'sh4'}),
 	20000 - $taken, 'sh4: the view counts the rows the shards have still to take');
-my $part = sql(q{SELECT 'sh4.ingest_' || drain_rotation % 2 FROM sh4.progress});
+# the table of shard 0's rows in the partition being drained
+my $part = sql(q{SELECT relid::regclass FROM pg_partition_tree((SELECT 'sh4.ingest_' || drain_rotation % 2 FROM sh4.progress)::regclass)
+	WHERE isleaf ORDER BY relid::regclass::text LIMIT 1});
 my $moved = sql("SELECT ctid FROM $part ORDER BY ctid OFFSET 1000 LIMIT 1");
 sql("ALTER TABLE $part SET (fillfactor = 40); VACUUM FULL $part; ALTER TABLE $part RESET (fillfactor)");
 isnt(sql("SELECT ctid FROM $part ORDER BY ctid OFFSET 1000 LIMIT 1"), $moved, 'sh4: VACUUM FULL moved the rows');

@@ -23,15 +23,19 @@ eo_setup($node, $db);
 
 sub sql { return $node->safe_psql($db, shift); }
 
-# the files of both partitions and of their TOAST tables
-my $files_sql = q{
+# the tables that hold the queue's rows: both partitions, or with more than
+# one shard their tables per shard (ingest_<partition>_<shard>)
+my $leaves = q{SELECT relid FROM pg_partition_tree('trades.ingest') WHERE isleaf};
+# the files of those tables and of their TOAST tables
+my $files_sql = qq{
 SELECT string_agg(c.relfilenode || '/' || t.relfilenode, ' ' ORDER BY c.relname)
 FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid
-WHERE c.oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
-# the pages of both partitions and of their TOAST tables
-my $queue_bytes_sql = q{
+WHERE c.oid IN ($leaves)};
+# the pages of those tables and of their TOAST tables
+my $queue_bytes_sql = qq{
 SELECT sum(pg_relation_size(c.oid) + pg_relation_size(c.reltoastrelid))
-FROM pg_class c WHERE c.oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
+FROM pg_class c WHERE c.oid IN ($leaves)};
+cmp_ok(sql("SELECT count(*) FROM ($leaves) l"), '>', 2, 'the queue has a table per shard in each partition');
 
 sub rotation { return sql('SELECT rotation FROM trades.progress'); }
 
@@ -80,7 +84,8 @@ is(sql(eo_queue_empty_sql()), 't', 'the queue holds no rows, and no more pages t
 # pages, in place too
 my $keep = sql(q{SELECT least(1024, setting::bigint / 512) FROM pg_settings WHERE name = 'shared_buffers'});
 eo_pause($node, $db);
-my $big = 'trades.ingest_' . sql('SELECT rotation % 2 FROM trades.progress');
+my $big = sql(q{SELECT min(relid::regclass::text) FROM pg_partition_tree('trades.ingest_' || (SELECT rotation % 2 FROM trades.progress))
+	WHERE isleaf});
 eo_produce($node, $db, $next, $next + 19999);
 $next += 20000;
 cmp_ok(sql("SELECT pg_relation_size('$big') / 8192"), '>', $keep,
@@ -111,8 +116,8 @@ INSERT INTO sent VALUES (20);
 COMMIT;
 });
 is( sql(
-		q{SELECT bool_or(pg_relation_size(reltoastrelid) > 0) FROM pg_class
-		  WHERE oid IN ('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)}
+		qq{SELECT bool_or(pg_relation_size(reltoastrelid) > 0) FROM pg_class
+		  WHERE oid IN ($leaves)}
 	),
 	't',
 	'the events with wide values are in a TOAST table');
@@ -154,23 +159,25 @@ settle();
 eo_check($node, $db, 'published');
 isnt(sql($files_sql), $files, 'a published partition was truncated: new files');
 sql('DROP PUBLICATION queue_pub');
-sql(q{CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_0
-	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation();
-CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_1
-	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation()});
+sql(qq{DO \$\$ DECLARE t regclass; BEGIN
+	FOR t IN $leaves LOOP
+		EXECUTE format('CREATE TRIGGER counted BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION count_truncation()', t);
+	END LOOP;
+END \$\$});
 produce_batches(4);
 settle();
 eo_check($node, $db, 'with TRUNCATE triggers');
 cmp_ok(sql('SELECT count(*) FROM truncations'), '>', 0, 'the TRUNCATE triggers fired');
-sql('DROP TRIGGER counted ON trades.ingest_0; DROP TRIGGER counted ON trades.ingest_1');
+sql(qq{DO \$\$ DECLARE t regclass; BEGIN
+	FOR t IN $leaves LOOP EXECUTE format('DROP TRIGGER counted ON %s', t); END LOOP;
+END \$\$});
 
 # 5. a partition whose relfrozenxid grew old is truncated, which renews it;
 # then it is emptied in place again
 $node->append_conf('postgresql.conf', "autovacuum_freeze_max_age = 100000\n");
 $node->restart;
 $files = sql($files_sql);
-my $age_sql = q{SELECT max(age(relfrozenxid)) FROM pg_class WHERE oid IN
-	('trades.ingest_0'::regclass, 'trades.ingest_1'::regclass)};
+my $age_sql = qq{SELECT max(age(relfrozenxid)) FROM pg_class WHERE oid IN ($leaves)};
 sql(q{CREATE TABLE burn (n int);
 DO $$ BEGIN
 	FOR i IN 1 .. 60000 LOOP

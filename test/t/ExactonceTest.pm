@@ -160,13 +160,17 @@ sub eo_alter_system
 	return;
 }
 
-# eo_queue_partition(node, db): the queue partition shard 0 is draining.
+# eo_queue_partition(node, db): the table of the queue partition shard 0 is
+# draining that holds shard 0's rows: the partition itself, or with more
+# than one shard its table ingest_<partition>_0.
 sub eo_queue_partition
 {
 	my ($node, $db) = @_;
-	return 'trades.ingest_'
-	  . $node->safe_psql($db,
-		"SELECT drain_rotation % 2 FROM trades.shard WHERE shard = 0");
+	return $node->safe_psql(
+		$db, q{
+SELECT t.relid::regclass FROM trades.shard s,
+	pg_partition_tree(('trades.ingest_' || s.drain_rotation % 2)::regclass) t
+WHERE s.shard = 0 AND t.isleaf ORDER BY t.relid::regclass::text LIMIT 1});
 }
 
 # eo_half_drain(node, db, from, to): with the workers, leave the pipeline
@@ -205,7 +209,7 @@ FROM exactonce.pipelines WHERE name = 'trades'}) eq 't';
 
 # eo_queue_empty_sql(pipeline): a query that is true once the queue of the
 # pipeline (default "trades") holds no rows, its TOAST tables no pages, and
-# each partition no more pages than a drained partition keeps, emptied, for
+# each table of its partitions no more pages than a drained one keeps, emptied, for
 # the next rotations (queue.c, QUEUE_REUSE_MAX_PAGES): the queue takes no
 # more space than that, whatever went through it.
 sub eo_queue_empty_sql
@@ -219,7 +223,7 @@ SELECT (SELECT count(*) = 0 FROM $pipeline.ingest)
 FROM pg_class c,
 	(SELECT least(1024, setting::bigint / 512) * 8192 AS cap
 	 FROM pg_settings WHERE name = 'shared_buffers') s
-WHERE c.oid IN ('$pipeline.ingest_0'::regclass, '$pipeline.ingest_1'::regclass)};
+WHERE c.oid IN (SELECT relid FROM pg_partition_tree('$pipeline.ingest') WHERE isleaf)};
 }
 
 # eo_drained_sql(pipeline): a query that is true once the pipeline
