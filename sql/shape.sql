@@ -131,6 +131,22 @@ ALTER TABLE shp.progress ALTER COLUMN applied TYPE bigint;
 SELECT name, applied, ingested FROM exactonce.pipelines ORDER BY name;
 SELECT d, level, total, keys FROM shp.aggregates ORDER BY level, d;
 
+-- the tables of the shards' rows are known by their bounds, not only their
+-- names: two swapped would hand each shard the other's keys; one detached
+-- would leave a shard without its rows
+ALTER TABLE shp.ingest_0_0 RENAME TO swap;
+ALTER TABLE shp.ingest_0_1 RENAME TO ingest_0_0;
+ALTER TABLE shp.swap RENAME TO ingest_0_1;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.ingest_0_1 RENAME TO swap;
+ALTER TABLE shp.ingest_0_0 RENAME TO ingest_0_1;
+ALTER TABLE shp.swap RENAME TO ingest_0_0;
+ALTER TABLE shp.ingest_1 DETACH PARTITION shp.ingest_1_1;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.ingest_1 ATTACH PARTITION shp.ingest_1_1 FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+INSERT INTO shp.ingest (key, version, value, d) SELECT 'b' || i, 1, 1, 'b' FROM generate_series(1, 20) i;
+SELECT exactonce.flush('shp') AS flushed;
+
 RESET ROLE;
 
 -- a role with nothing but CONNECT reads no moved totals (event data)
