@@ -363,10 +363,10 @@ QueueKeyShard(Pipeline *p, text *key)
  * partition of remainder hash_combine64(0, h) % modulus, where h is what
  * the extended hash returns, which is h plus a constant: h is taken as
  * KeyHash less that constant, whatever the seed, so that the remainder is
- * QueueKeyShard.  The shards of a pipeline made before 1.19 were cut so,
- * and an adopted node's keys stay spread over its shards: the node's share
- * of the keys is picked by PostgreSQL's own hash of text.  Bytes hash
- * alike only where equal strings are equal bytes: a deterministic
+ * QueueKeyShard, the cut shards have always had.  Not PostgreSQL's own
+ * hash of text: a node of a distributed pipeline holds the keys of one
+ * remainder of that hash, which would fall into few of its shards.  Bytes
+ * hash alike only where equal strings are equal bytes: a deterministic
  * collation, as the queue's "C".
  */
 static text *

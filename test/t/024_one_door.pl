@@ -1290,7 +1290,7 @@ sub repair
 	# the calls each may make and succeed (views of schema exactonce, and
 	# the reader's aggregates, are open to them); any other is refused
 	my @anyone = qw(drop_feed_consumer faults_injected forget forward_validator key_bucket
-	  once once_get once_result pipeline_stats);
+	  key_shard_hash key_shard_hash_extended once once_get once_result pipeline_stats);
 	my %may = (
 		eo_connect => [@anyone],
 		eo_producer => [ @anyone, qw(committed_offset ingest ingest_slot ingest_slot_check wait_applied) ],
