@@ -70,6 +70,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_publication.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -374,7 +375,9 @@ ShardHashArg(FunctionCallInfo fcinfo)
 {
 	Oid			collid = PG_GET_COLLATION();
 
-	if (!OidIsValid(collid) || !get_collation_isdeterministic(collid))
+	/* the queue's "C" is known without a look at the catalog, once per row */
+	if (collid != C_COLLATION_OID &&
+		(!OidIsValid(collid) || !get_collation_isdeterministic(collid)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INDETERMINATE_COLLATION),
 				 errmsg("exactonce.key_shard_ops needs a deterministic collation"),
