@@ -3,7 +3,8 @@
 # rotation; a small one keeps its pages, emptied, a large one is cut to
 # zero pages.  TRUNCATE empties it where it is not a bare heap (its TOAST
 # table holds pages, an index was added to it), where a publication or a
-# TRUNCATE trigger must hear of it, and where its relfrozenxid grew old.  A
+# TRUNCATE trigger must hear of it, and where its relfrozenxid or
+# relminmxid grew old.  A
 # retirement that fails after the cut rolls back and is done again, and a
 # server killed while the workers rotate loses and repeats nothing: every
 # event counts once, and the queue ends empty.
@@ -189,6 +190,35 @@ produce_batches(4);
 settle();
 eo_check($node, $db, 'old relfrozenxid');
 cmp_ok(sql($age_sql), '<', 50000, 'TRUNCATE renewed their relfrozenxid');
+isnt(sql($files_sql), $files, 'new files');
+$files = sql($files_sql);
+produce_batches(4);
+settle();
+is(sql($files_sql), $files, 'emptied in place again');
+
+# 5b. the same for a relminmxid grown old: multixacts made by two sessions
+# sharing the lock of each of 6,000 rows, the second in a subtransaction per
+# row (the same lockers would share one multixact)
+$node->append_conf('postgresql.conf', "autovacuum_multixact_freeze_max_age = 10000\n");
+$node->restart;
+$files = sql($files_sql);
+my $mxage_sql = qq{SELECT max(mxid_age(relminmxid)) FROM pg_class WHERE oid IN ($leaves)};
+sql('CREATE TABLE locked AS SELECT g FROM generate_series(1, 6000) g');
+my $sharer = $node->background_psql($db);
+$sharer->query_safe('BEGIN');
+$sharer->query_safe('SELECT count(*) FROM (SELECT g FROM locked FOR SHARE) s');
+sql(q{DO $$ BEGIN
+	FOR i IN 1 .. 6000 LOOP
+		BEGIN PERFORM 1 FROM locked WHERE g = i FOR SHARE; EXCEPTION WHEN others THEN NULL; END;
+	END LOOP;
+END $$});
+$sharer->query_safe('COMMIT');
+$sharer->quit;
+cmp_ok(sql($mxage_sql), '>', 5000, 'the partitions\' relminmxid is older than half autovacuum_multixact_freeze_max_age');
+produce_batches(4);
+settle();
+eo_check($node, $db, 'old relminmxid');
+cmp_ok(sql($mxage_sql), '<', 5000, 'TRUNCATE renewed their relminmxid');
 isnt(sql($files_sql), $files, 'new files');
 $files = sql($files_sql);
 produce_batches(4);
