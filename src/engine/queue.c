@@ -924,6 +924,31 @@ ReuseInPlace(Relation rel)
 }
 
 /*
+ * TruncateTriggered tells whether rel has TRUNCATE triggers, which must hear
+ * of its emptying.
+ */
+static bool
+TruncateTriggered(Relation rel)
+{
+	return rel->trigdesc && (rel->trigdesc->trig_truncate_before_statement ||
+							 rel->trigdesc->trig_truncate_after_statement);
+}
+
+/*
+ * HasTruncateTrigger tells the same of a partition whose tables are
+ * emptied: PostgreSQL fires its triggers only when it is truncated itself.
+ */
+static bool
+HasTruncateTrigger(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	bool		has = TruncateTriggered(rel);
+
+	table_close(rel, AccessShareLock);
+	return has;
+}
+
+/*
  * EmptyInPlace empties a drained partition's pages where they stand
  * (ReuseInPlace) or cuts its heap to zero pages, as VACUUM cuts off a heap's
  * empty tail, and returns true; or returns false when TRUNCATE must empty
@@ -959,8 +984,7 @@ EmptyInPlace(Oid relid)
 		rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
 		RelationGetIndexList(rel) == NIL &&
 		!pubdesc.pubactions.pubtruncate &&
-		!(rel->trigdesc && (rel->trigdesc->trig_truncate_before_statement ||
-							rel->trigdesc->trig_truncate_after_statement)) &&
+		!TruncateTriggered(rel) &&
 		Young(rel);
 	if (bare && OidIsValid(rel->rd_rel->reltoastrelid))
 	{
@@ -987,9 +1011,10 @@ EmptyInPlace(Oid relid)
  * applied.  No retry can stage those batches again: their events are gone
  * with the partitions.  Tokens still staged are forgotten by the retirement
  * of a later rotation.  drained_before says that the drains committed before
- * this transaction, so that a partition may be emptied in place
- * (EmptyInPlace); otherwise, or where that cannot be, TRUNCATE empties it
- * with this transaction.
+ * this transaction, so that a partition's tables may be emptied in place
+ * (EmptyInPlace); otherwise, where one of them cannot be, or where a
+ * TRUNCATE trigger of the partition must hear of it, TRUNCATE of the
+ * partition empties them all with this transaction.
  */
 void
 QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before)
@@ -1000,18 +1025,18 @@ QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before)
 	{
 		int			slotno = (int) (rotation % EXACTONCE_PARTITIONS);
 
-		for (int j = 0; j < LeafCount(p); j++)
-		{
-			Oid			leaf = Leaf(p, slotno, j);
+		bool		in_place = drained_before &&
+		!(p->queue_by_shard && HasTruncateTrigger(p->partitions[slotno]));
 
-			if (drained_before && EmptyInPlace(leaf))
-				continue;
-			if (SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
-									 quote_identifier(get_rel_name(leaf))),
-							false, 0) < 0)
-				elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
-					 slotno, p->name);
-		}
+		/* what one table cannot have, TRUNCATE of the partition gives all */
+		for (int j = 0; j < LeafCount(p) && in_place; j++)
+			in_place = EmptyInPlace(Leaf(p, slotno, j));
+		if (!in_place &&
+			SPI_execute(psprintf("TRUNCATE %s.%s", quote_identifier(p->name),
+								 quote_identifier(psprintf("ingest_%d", slotno))),
+						false, 0) < 0)
+			elog(ERROR, "could not truncate queue partition %d of pipeline \"%s\"",
+				 slotno, p->name);
 	}
 	LedgerCollect(p, EXACTONCE_SOURCE_QUEUE, last);
 }

@@ -160,6 +160,18 @@ settle();
 eo_check($node, $db, 'published');
 isnt(sql($files_sql), $files, 'a published partition was truncated: new files');
 sql('DROP PUBLICATION queue_pub');
+# on the partitions, whose tables are emptied (PostgreSQL fires a
+# partitioned table's TRUNCATE triggers only when it is truncated itself),
+# then on the tables
+sql(q{CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_0
+	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation();
+CREATE TRIGGER counted BEFORE TRUNCATE ON trades.ingest_1
+	FOR EACH STATEMENT EXECUTE FUNCTION count_truncation()});
+produce_batches(4);
+settle();
+eo_check($node, $db, 'with TRUNCATE triggers on the partitions');
+cmp_ok(sql('SELECT count(*) FROM truncations'), '>', 0, 'the partitions\' TRUNCATE triggers fired');
+sql('DROP TRIGGER counted ON trades.ingest_0; DROP TRIGGER counted ON trades.ingest_1; TRUNCATE truncations');
 sql(qq{DO \$\$ DECLARE t regclass; BEGIN
 	FOR t IN $leaves LOOP
 		EXECUTE format('CREATE TRIGGER counted BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION count_truncation()', t);
@@ -167,8 +179,8 @@ sql(qq{DO \$\$ DECLARE t regclass; BEGIN
 END \$\$});
 produce_batches(4);
 settle();
-eo_check($node, $db, 'with TRUNCATE triggers');
-cmp_ok(sql('SELECT count(*) FROM truncations'), '>', 0, 'the TRUNCATE triggers fired');
+eo_check($node, $db, 'with TRUNCATE triggers on the tables');
+cmp_ok(sql('SELECT count(*) FROM truncations'), '>', 0, 'the tables\' TRUNCATE triggers fired');
 sql(qq{DO \$\$ DECLARE t regclass; BEGIN
 	FOR t IN $leaves LOOP EXECUTE format('DROP TRIGGER counted ON %s', t); END LOOP;
 END \$\$});
