@@ -510,9 +510,9 @@ PipelineFill(HeapTuple tup, TupleDesc desc, uint32 tables)
 				 errmsg("relations of pipeline \"%s\" are missing", p->name),
 				 errhint("Drop the pipeline with exactonce.drop_pipeline('%s', force => true) and create it again.",
 						 p->name)));
-	FindLeaves(p);
 	if (!ShapeCheck(p, tables))
 		return NULL;
+	FindLeaves(p);
 	CheckOwnership(p);
 	CheckNotCitus(p);
 	return p;
