@@ -137,7 +137,24 @@ SELECT sum(value) = 200 * 3 + 100 * 2 AS exact FROM q.state WHERE key IN (SELECT
 -- set_shards() drains the queue first, then cuts the keys anew: shards that
 -- go pass their count to shard 0, new ones start at the rotation taking inserts
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 30, 4, 'z' FROM generate_series(1, 300) i;
+-- an index and a row trigger made on the queue come back on the tables
+-- set_shards() makes anew
+CREATE INDEX q_ingest_key ON q.ingest (key);
+CREATE TABLE q_seen (n int);
+CREATE FUNCTION q_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO q_seen VALUES (1); RETURN NEW; END $$;
+CREATE TRIGGER q_count BEFORE INSERT ON q.ingest FOR EACH ROW EXECUTE FUNCTION q_count();
 SELECT exactonce.set_shards('q', 3);
+SELECT count(*) FILTER (WHERE i.indexrelid IS NOT NULL) AS indexed, count(*) FILTER (WHERE t.oid IS NOT NULL) AS triggered
+FROM pg_partition_tree('q.ingest') p
+	LEFT JOIN pg_index i ON i.indrelid = p.relid
+	LEFT JOIN pg_trigger t ON t.tgrelid = p.relid AND t.tgname = 'q_count'
+WHERE p.isleaf;
+INSERT INTO q.ingest (key, version, value, d) VALUES ('trig', 1, 1, 'z');
+SELECT count(*) AS trigger_fired FROM q_seen;
+DROP TRIGGER q_count ON q.ingest;
+DROP INDEX q.q_ingest_key;
+DROP FUNCTION q_count();
+DROP TABLE q_seen;
 SELECT shards FROM exactonce.pipelines WHERE name = 'q';
 SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted,
        bool_and(drain_rotation = (SELECT rotation FROM q.progress) AND drain_position = 0) AS at_start
@@ -150,7 +167,7 @@ SELECT relid::regclass, parentrelid::regclass, isleaf, pg_get_expr(c.relpartboun
 FROM pg_partition_tree('q.ingest') t JOIN pg_class c ON c.oid = t.relid ORDER BY relid::text;
 SELECT tableoid::regclass AS leaf, count(*) AS rows,
 	   bool_and((exactonce.key_shard_hash(key)::bigint & 4294967295) % 3 = right(tableoid::regclass::text, 1)::int) AS its_shard_only
-FROM q.ingest GROUP BY 1 ORDER BY leaf::text;
+FROM q.ingest GROUP BY 1 ORDER BY tableoid::regclass::text;
 SELECT exactonce.set_shards('q', 1);
 SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted FROM q.shard;
 SELECT sum(value) = 300 * 5 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
