@@ -187,6 +187,24 @@ END \$\$});
 
 # 5. a partition whose relfrozenxid grew old is truncated, which renews it;
 # then it is emptied in place again
+
+# drain new events: the tables whose $what grew past $half (of $age_sql)
+# are truncated, which renews it, then emptied in place again
+sub renewed_by_truncate
+{
+	my ($what, $age_sql, $half) = @_;
+	produce_batches(4);
+	settle();
+	eo_check($node, $db, "old $what");
+	cmp_ok(sql($age_sql), '<', $half, "TRUNCATE renewed their $what");
+	isnt(sql($files_sql), $files, 'new files');
+	$files = sql($files_sql);
+	produce_batches(4);
+	settle();
+	is(sql($files_sql), $files, 'emptied in place again');
+	return;
+}
+
 $node->append_conf('postgresql.conf', "autovacuum_freeze_max_age = 100000\n");
 $node->restart;
 $files = sql($files_sql);
@@ -198,15 +216,7 @@ DO $$ BEGIN
 	END LOOP;
 END $$});
 cmp_ok(sql($age_sql), '>', 50000, 'the partitions are older than half autovacuum_freeze_max_age');
-produce_batches(4);
-settle();
-eo_check($node, $db, 'old relfrozenxid');
-cmp_ok(sql($age_sql), '<', 50000, 'TRUNCATE renewed their relfrozenxid');
-isnt(sql($files_sql), $files, 'new files');
-$files = sql($files_sql);
-produce_batches(4);
-settle();
-is(sql($files_sql), $files, 'emptied in place again');
+renewed_by_truncate('relfrozenxid', $age_sql, 50000);
 
 # 5b. the same for a relminmxid grown old: multixacts made by two sessions
 # sharing the lock of each of 6,000 rows, the second in a subtransaction per
@@ -227,15 +237,7 @@ END $$});
 $sharer->query_safe('COMMIT');
 $sharer->quit;
 cmp_ok(sql($mxage_sql), '>', 5000, 'the partitions\' relminmxid is older than half autovacuum_multixact_freeze_max_age');
-produce_batches(4);
-settle();
-eo_check($node, $db, 'old relminmxid');
-cmp_ok(sql($mxage_sql), '<', 5000, 'TRUNCATE renewed their relminmxid');
-isnt(sql($files_sql), $files, 'new files');
-$files = sql($files_sql);
-produce_batches(4);
-settle();
-is(sql($files_sql), $files, 'emptied in place again');
+renewed_by_truncate('relminmxid', $mxage_sql, 5000);
 
 # 6. retirements that fail after the cut, and roll back
 $node->append_conf('postgresql.conf', "exactonce.fault_retire = 0.5\n");
