@@ -545,12 +545,40 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		FaultMaybeFail(FAULT_RETIRE);
 		r.worked = true;
 	}
-	if (QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS)))
+	if (QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), false))
 	{
 		ProgressRotate(p);
 		r.worked = r.rotated = true;
 	}
 	return r;
+}
+
+/*
+ * DrainIdle tells whether a step of shard would find nothing to do yet: the
+ * partition it is to drain next is not sealed (r->sealing), or it has
+ * drained every sealed partition and FinishRotation would do nothing:
+ * another shard still drains the partition to retire, or none is left to
+ * retire and no row waits to rotate the queue for.  It reads, locking
+ * nothing.
+ */
+static bool
+DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
+		  SealState **seal, DrainResult *r)
+{
+	QueuePosition pos;
+	bool		all;
+
+	if (!ProgressShardsAt(p, shard, rotation, &pos, &all))
+		return false;
+	if (pos.rotation < rotation)
+	{
+		r->sealing = pos.tid == 0 && !QueueSealed(p, rotation, seal);
+		return r->sealing;
+	}
+	/* as FinishRotation: the last shard to finish retires, then rotates */
+	if (drain_rotation < rotation)
+		return !all;
+	return !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true);
 }
 
 /*
@@ -583,6 +611,18 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	 */
 	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
+		return r;
+
+	/*
+	 * Nor does a shard with nothing to do yet: a row lock would give the step
+	 * a transaction id and a commit to flush, for nothing, at each look while
+	 * the partition is being sealed and at each wake-up after (the progress
+	 * row's would also hold every other shard's reduce until that flush).
+	 * Whoever makes work wakes the workers after it (an insert's trigger), or
+	 * takes its own next step at once (the drain that finishes the last
+	 * shard), and that step locks and looks again.
+	 */
+	if (DrainIdle(p, shard, rotation, drain_rotation, seal, &r))
 		return r;
 
 	/*

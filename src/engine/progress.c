@@ -279,6 +279,46 @@ ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos)
 }
 
 /*
+ * BuildShardsAt: how many shards there are, whether every one has drained
+ * every partition before rotation $1, and where shard $2 stands.
+ */
+static const char *
+BuildShardsAt(Pipeline *p)
+{
+	return psprintf("SELECT count(*), coalesce(bool_and(drain_rotation >= $1), false),"
+					" max(drain_rotation) FILTER (WHERE shard = $2),"
+					" max(drain_position) FILTER (WHERE shard = $2)"
+					" FROM %s.shard", quote_identifier(p->name));
+}
+
+/*
+ * ProgressShardsAt reads, locking nothing, the rotation and place of
+ * shard's position (*pos: only those two) and whether every shard has
+ * drained every partition before rotation (*all).  It returns false where
+ * the shards are no longer p's (set_shards() made them anew).
+ */
+bool
+ProgressShardsAt(Pipeline *p, int shard, int64 rotation, QueuePosition *pos, bool *all)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(rotation), Int32GetDatum(shard)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	bool		missing;
+
+	StatementExec(StatementPrepare(p, BuildShardsAt, 2, types), values, NULL, 1);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	if (DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull)) != p->nshards)
+		return false;
+	*all = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
+	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 3, &missing));
+	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	return !missing;
+}
+
+/*
  * BuildShardRead and BuildShardReadLock: every shard's position, in shard
  * order (the order in which all of them are locked).
  */

@@ -22,6 +22,8 @@ extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 extern void ProgressRotate(Pipeline *p);
 extern bool ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos);
 extern void ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
+extern bool ProgressShardsAt(Pipeline *p, int shard, int64 rotation,
+							 QueuePosition *pos, bool *all);
 extern void ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos,
 								int64 taken);
 extern void ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,

@@ -660,18 +660,29 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
  * QueueHasRows tells whether a partition may hold rows: any page with a
  * line pointer.  A partition that was emptied in place keeps its pages,
  * empty (ReuseInPlace), so the pages are looked at, the first with one
- * ending the look.
+ * ending the look.  With nowait a table that cannot be locked at once, or
+ * is gone (set_shards() makes them anew), may hold rows too.
  */
 bool
-QueueHasRows(Pipeline *p, int slotno)
+QueueHasRows(Pipeline *p, int slotno, bool nowait)
 {
 	bool		has = false;
 
 	for (int j = 0; j < LeafCount(p) && !has; j++)
 	{
-		Relation	rel = table_open(Leaf(p, slotno, j), AccessShareLock);
-		BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+		Oid			relid = Leaf(p, slotno, j);
+		Relation	rel;
+		BlockNumber nblocks;
 
+		if (nowait && !ConditionalLockRelationOid(relid, AccessShareLock))
+			return true;
+		rel = nowait ? try_table_open(relid, NoLock) : table_open(relid, AccessShareLock);
+		if (rel == NULL)
+		{
+			UnlockRelationOid(relid, AccessShareLock);
+			return true;
+		}
+		nblocks = RelationGetNumberOfBlocks(rel);
 		for (BlockNumber blk = 0; blk < nblocks && !has; blk++)
 		{
 			Buffer		buf = ReadBuffer(rel, blk);

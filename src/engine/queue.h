@@ -50,7 +50,7 @@ extern bool QueueLockPartition(Pipeline *p, int slotno);
 extern void QueueRetire(Pipeline *p, int64 first, int64 last, bool drained_before);
 extern void QueueFreeze(Pipeline *p);
 extern bool QueueSealed(Pipeline *p, int64 rotation, SealState **seal);
-extern bool QueueHasRows(Pipeline *p, int slotno);
+extern bool QueueHasRows(Pipeline *p, int slotno, bool nowait);
 
 /* Tells whether QueueDepth counts the row of a key. */
 typedef bool (*QueueKeyFilter) (text *key, void *arg);

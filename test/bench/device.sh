@@ -27,13 +27,18 @@
 #   defaults  the same drain with nothing of exactonce or the workers set,
 #             as a ratio of the best hand-set drain above.          (31: 1)
 #   latency   a paced stream of 50,000 events/s in batches of 1,000 into a
-#             4-shard pipeline, at shared_buffers 1GB and 32GB; then four
-#             such producers at 250,000 events/s each (1M offered) into four
-#             pipelines at 32GB.                                     (31: 4)
+#             4-shard pipeline, at shared_buffers 1GB and 32GB, each
+#             after what a lone commit costs there (pgbench, 3 s); then
+#             four such producers at 250,000 events/s each (1M offered)
+#             into four pipelines at 32GB.                           (31: 4)
 #
-# SECTIONS picks some ("scale dist"); ROUNDS=N repeats the defaults and
-# the latency runs and reports medians; M_EVENTS=0 leaves out 1M/s; PERF=1 adds a flame graph of the 1-
-# and the 16-shard drain, and the stacks of every process for 1.5 s of the
+# SECTIONS picks some ("scale dist"); EXTRA_CONF adds lines to the single
+# cluster's postgresql.conf ('commit_delay = 4000\ncommit_siblings = 0'
+# makes every commit wait 4 ms, as a slow disk's would); ROUNDS=N repeats the defaults and
+# the latency runs and reports medians; M_EVENTS=0 leaves out 1M/s; PERF=1
+# adds a flame graph of the 1- and the 16-shard drain and of 1.5 s of the
+# end-to-end run (every process: the producers' backends and the workers),
+# and the stacks of every process for 1.5 s of the
 # 4-node runs of dist, through the coordinator and direct (perf-dist-*.txt.xz,
 # with ps-dist-*.txt to tell the processes apart), where perf is on PATH (or packed beside the
 # bundle as perf.tar.xz: perf/perf, and the libraries it needs in
@@ -122,7 +127,7 @@ server() {
 	as_pg pg_ctl -D "$A" -m fast -w stop >/dev/null 2>&1
 	cp "$W/base.conf" "$A/postgresql.conf"
 	printf "port = 5432\nlisten_addresses = ''\nunix_socket_directories = '%s'\nshared_preload_libraries = 'exactonce'\nexactonce.database = 'postgres'\nshared_buffers = %s\nmax_wal_size = 64GB\nmin_wal_size = 4GB\ncheckpoint_timeout = 1h\nfsync = on\nsynchronous_commit = on\n%b" \
-		"$W" "$1" "$2" >>"$A/postgresql.conf"
+		"$W" "$1" "$2${EXTRA_CONF:-}" >>"$A/postgresql.conf"
 	as_pg pg_ctl -D "$A" -l "$W/server.log" -w -t 300 start >/dev/null || { tail "$W/server.log"; exit 1; }
 	q -c "CREATE EXTENSION IF NOT EXISTS exactonce"
 	q -c "CREATE TABLE IF NOT EXISTS truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)"
@@ -225,6 +230,11 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 	t0=$(t)
 	waits "$W/waits-e2e" &
 	sampler=$!
+	perf=""
+	if [ -n "${PERF:-}" ] && command -v perf >/dev/null; then
+		(sleep 0.5; perf record -a -g -F 499 -o "$W/perf-e2e.data" -- sleep 1.5 >/dev/null 2>&1) &
+		perf=$!
+	fi
 	sessions e2e.ingest "$W" 5432 "$W"/chunk.*
 	tl=$(c "$(t)-$t0")
 	drained e2e "$EVENTS"
@@ -235,6 +245,14 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 	diff=$(q -c "$(truth_diff e2e.aggregates)")
 	[ "$diff" = 0 ] || result "FAIL: e2e differs from the truth"
 	E2E=$(ci "$EVENTS/$s")
+	if [ -n "$perf" ]; then
+		wait $perf
+		perf script -i "$W/perf-e2e.data" 2>/dev/null >"$W/perf-e2e.txt"
+		python3 test/bench/flamegraph.py "end to end: 8 sessions COPY while 16 shards drain, $CORES cores" <"$W/perf-e2e.txt" \
+			>"$O/flame-e2e-16-shards.svg" 2>/dev/null || rm -f "$O/flame-e2e-16-shards.svg"
+		[ -s "$O/flame-e2e-16-shards.svg" ] || xz -1 <"$W/perf-e2e.txt" >"$O/perf-e2e-16-shards.txt.xz"
+		echo "  a profile of 1.5 s of it, every process: $(ls "$O"/*e2e-16-shards.*)"
+	fi
 	result "end to end, 8 sessions chunked, 16 shards: inserted in $tl s, applied in $s s: $E2E events/s = $(c "$E2E/$CHUNKED")x the chunked COPY (target 0.65x); WAL $(ci "$wal/$EVENTS") B/event (target 150, at 1M events over 200k keys)"
 	q -c "SELECT exactonce.drop_pipeline('e2e', force => true)" >/dev/null
 fi
@@ -376,15 +394,31 @@ if [[ " $SECTIONS " == *" defaults "* ]]; then
 fi
 
 if [[ " $SECTIONS " == *" latency "* ]]; then
+	# commit_probe: what a lone commit costs on this machine, fsync and all
+	# (one session inserting a row per transaction for 3 s), as p50 and p99:
+	# a batch's latency holds the producer's commit and the drain's
+	commit_probe() {
+		q -c "CREATE TABLE IF NOT EXISTS probe (x int)"
+		echo "INSERT INTO probe VALUES (1);" >"$W/probe.sql"
+		rm -f "$W"/probe.log*
+		(cd "$W" && pgbench -n -c 1 -T 3 -f "$W/probe.sql" -l --log-prefix="$W/probe.log" >/dev/null 2>&1)
+		cat "$W"/probe.log* 2>/dev/null | awk '{ print $3 / 1000 }' | sort -n |
+			awk '{ v[NR] = $1 } END { if (NR) printf "  a lone commit (pgbench, 1 session, %d commits): p50 %.2f ms, p99 %.2f ms\n", NR, v[int((NR + 1) / 2)], v[int((NR * 99 + 99) / 100)] }'
+		q -c "DROP TABLE probe"
+	}
 	declare -A P99
 	for r in $(seq 1 "$ROUNDS"); do
 		for sb in $LAT_SB; do
 			echo "== latency: shared_buffers $sb, round $r"
 			server $sb "$TUNED"
+			commit_probe
 			q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
+			[ "$r" = 1 ] && { waits "$W/waits-lat" & sampler=$!; }
 			producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
 				>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
 			drained lat "$LAT_EVENTS"
+			[ "$r" = 1 ] && { touch "$W/waits-lat.stop"; wait $sampler; rm -f "$W/waits-lat.stop"
+				echo "  what the busy workers did (sampled; idle ones not counted):"; summary "$W/waits-lat"; }
 			lat=$(q -F ' ' -c "SELECT extract(milliseconds FROM latency_p50)::numeric(8,1), extract(milliseconds FROM latency_p99)::numeric(8,1) FROM exactonce.pipelines WHERE name = 'lat'")
 			diff=$(q -c "$(truth_diff lat.aggregates lat_truth)")
 			[ "$diff" = 0 ] || result "FAIL: lat differs from the truth"

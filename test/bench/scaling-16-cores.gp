@@ -15,24 +15,25 @@ set xrange [0.8:20]
 set format y '%.1s%c'
 set ylabel 'events/s'
 
-# device.sh, run of 2026-11-26 (16 cores, shared_buffers 8GB, 4M events over 800k keys)
+# device.sh, run 4 of docs/performance.md, 2026-11-27, 1.19 (16 cores,
+# shared_buffers 8GB, 4M events over 800k keys)
 $drain << EOD
-1 156482
-4 590667
-16 1745962
+1 187520
+4 656167
+16 2068252
 EOD
 set title 'Workers draining a pre-loaded queue, by shards (one worker each)'
 set xlabel 'shards'
-set yrange [0:3500000]
+set yrange [0:3000000]
 plot $drain using 1:2 with linespoints lw 2 pt 7 title 'drain', \
-	$drain using 1:($1 * 156482) with lines dt 2 lc rgb '#888888' title 'linear from 1 shard', \
-	2920054 with lines dt 3 lc rgb '#c03030' title 'COPY into a plain table, 8 sessions', \
-	544956 with lines dt 3 lc rgb '#3060c0' title 'COPY into a plain table, 1 session'
+	$drain using 1:($1 * 187520) with lines dt 2 lc rgb '#888888' title 'linear from 1 shard', \
+	2081247 with lines dt 3 lc rgb '#c03030' title 'COPY into a plain table, 8 sessions', \
+	463097 with lines dt 3 lc rgb '#3060c0' title 'COPY into a plain table, 1 session'
 
 $nodes << EOD
-1 326370
-2 629822
-4 1082837
+1 343554
+2 600330
+4 1057082
 EOD
 set title 'A distributed pipeline end to end, 8 sessions COPY through the coordinator, by nodes (4 cores each)'
 set xlabel 'nodes'
@@ -40,6 +41,6 @@ set xrange [0.8:5]
 set xtics ('1' 1, '2' 2, '4' 4)
 set yrange [0:1600000]
 plot $nodes using 1:2 with linespoints lw 2 pt 7 title 'through the coordinator', \
-	$nodes using 1:($1 * 326370) with lines dt 2 lc rgb '#888888' title 'linear from 1 node', \
-	1360544 with lines dt 3 lc rgb '#c03030' title 'the 4 nodes fed their own keys directly'
+	$nodes using 1:($1 * 343554) with lines dt 2 lc rgb '#888888' title 'linear from 1 node', \
+	1241079 with lines dt 3 lc rgb '#c03030' title 'the 4 nodes fed their own keys directly'
 unset multiplot
