@@ -559,17 +559,20 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
  * drained every sealed partition and FinishRotation would do nothing:
  * another shard still drains the partition to retire, or none is left to
  * retire and no row waits to rotate the queue for.  It reads, locking
- * nothing.
+ * nothing, and sets *finishing when the shard has drained every sealed
+ * partition.
  */
 static bool
 DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
-		  SealState **seal, DrainResult *r)
+		  SealState **seal, bool *finishing, DrainResult *r)
 {
 	QueuePosition pos;
 	bool		all;
 
+	*finishing = false;
 	if (!ProgressShardsAt(p, shard, rotation, &pos, &all))
 		return false;
+	*finishing = pos.rotation >= rotation;
 	if (pos.rotation < rotation)
 	{
 		r->sealing = pos.tid == 0 && !QueueSealed(p, rotation, seal);
@@ -582,6 +585,45 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 }
 
 /*
+ * DrainFinish finishes a rotation (FinishRotation) for a shard that has
+ * drained every sealed partition.  Where another shard's worker holds the
+ * progress row it leaves the work to it rather than wait: every shard that
+ * saw the last one finish comes to do the same, and waiting would add a
+ * turn on the progress row, held through a flush, to find the work done
+ * (the rotation wakes every worker, and an insert does).  For
+ * anyone else it waits, as a drain does, and in a drain's order: its shard
+ * row first, without waiting (whoever holds it, set_shards() or a flush,
+ * holds every shard row and may wait for a table the step has open).
+ */
+static DrainResult
+DrainFinish(Pipeline *p, int shard)
+{
+	DrainResult r = {false, 0, DT_NOEND, false, false, false};
+	int64		rotation,
+				drain_rotation;
+	bool		paused = false;
+	bool		locked;
+	QueuePosition pos;
+
+	locked = ProgressTryLock(p, &rotation, &drain_rotation, &paused);
+	if (!locked && ProgressHeldByWorker(p))
+		return r;
+	if (paused || !ProgressShardLock(p, shard, &pos))
+		return r;
+	if (!locked)
+		DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
+	if (paused)
+		return r;
+	/* set_shards() and alter_pipeline_as() hold the rows until they commit */
+	if (!PipelineIsCurrent(p))
+	{
+		r.worked = true;
+		return r;
+	}
+	return FinishRotation(p, rotation, drain_rotation);
+}
+
+/*
  * DrainStep is one unit of a worker's work on a shard of a pipeline, for one
  * transaction: drain a batch of the shard's keys from the sealed partition
  * and reduce it, or, with nothing sealed left for the shard, finish the
@@ -591,6 +633,8 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
  * the only writer of the shard's keys in state, so shards run their state
  * and map stages in parallel.  The progress row lock, taken last, serializes
  * reduce, the counters and rotations; it is held only from reduce to commit.
+ * A step with nothing to do yet takes neither (DrainIdle), and one that
+ * finishes a rotation takes the progress row first (DrainFinish).
  */
 DrainResult
 DrainStep(Pipeline *p, int shard, SealState **seal)
@@ -602,6 +646,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	StageCounts counts = {0};
 	DrainResult r = {false, 0, DT_NOEND, false, false, false};
 	int		   *limit;
+	bool		finishing;
 
 	/*
 	 * A paused pipeline costs a look, not a row lock: a lock would give the
@@ -622,8 +667,10 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	 * takes its own next step at once (the drain that finishes the last
 	 * shard), and that step locks and looks again.
 	 */
-	if (DrainIdle(p, shard, rotation, drain_rotation, seal, &r))
+	if (DrainIdle(p, shard, rotation, drain_rotation, seal, &finishing, &r))
 		return r;
+	if (finishing)
+		return DrainFinish(p, shard);
 
 	/*
 	 * Whoever else holds the shard (a flush, a caller of the stages) may hold

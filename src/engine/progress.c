@@ -20,14 +20,17 @@
  *	   rotation; workers take it last and hold it only from reduce to commit.
  * Lock order: shard rows first, in shard order, then the progress row.
  * Workers, flush(), pause(), set_shards() and callers of the stages all
- * follow it (ProgressLockAll takes every row), so they never deadlock.
- * Workers never wait for a row another session holds: they skip a locked
- * shard row and give up the progress row after about a second.
+ * follow it (ProgressLockAll takes every row), so they never deadlock; a
+ * worker finishing a rotation takes the progress row first and then its
+ * shard row without waiting, which cannot deadlock either.  Workers never
+ * wait for a row another session holds: they skip a locked shard row and
+ * give up the progress row after about a second.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/subtrans.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
@@ -36,6 +39,7 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/progress.h"
+#include "utils/shmem.h"
 #include "utils/wake.h"
 
 /* the columns of a shard's position, in the order PositionFromRow reads */
@@ -51,6 +55,17 @@ BuildProgressLock(Pipeline *p)
 {
 	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress FOR UPDATE",
 					quote_identifier(p->name));
+}
+
+/*
+ * BuildProgressTryLock: lock the progress row unless another transaction
+ * holds it.
+ */
+static const char *
+BuildProgressTryLock(Pipeline *p)
+{
+	return psprintf("SELECT rotation, drain_rotation, paused FROM %s.progress"
+					" FOR UPDATE SKIP LOCKED", quote_identifier(p->name));
 }
 
 /*
@@ -99,6 +114,41 @@ ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 	p->progress_locked = true;
 	ProgressFetch(StatementPrepare(p, BuildProgressLock, 0, NULL),
 				  rotation, drain_rotation, paused);
+}
+
+/*
+ * ProgressTryLock is ProgressLock that returns false, having locked nothing
+ * (and so taken no transaction id), when another transaction holds the row.
+ */
+bool
+ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
+{
+	StatementExec(StatementPrepare(p, BuildProgressTryLock, 0, NULL), NULL, NULL, -1);
+	if (SPI_processed == 0)
+		return false;
+	p->progress_locked = true;
+	ProgressFromRow(rotation, drain_rotation, paused);
+	return true;
+}
+
+/*
+ * ProgressHeldByWorker tells whether a drain worker holds the progress row
+ * (in a subtransaction, as DrainLockProgress takes it), as far as can be
+ * told: false where the holder is anyone else, or gone.
+ */
+bool
+ProgressHeldByWorker(Pipeline *p)
+{
+	TransactionId xid;
+	bool		isnull;
+
+	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return false;
+	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull || !TransactionIdIsNormal(xid) || !TransactionIdIsInProgress(xid))
+		return false;
+	return ShmemIsWorker(BackendXidGetPid(SubTransGetTopmostTransaction(xid)));
 }
 
 /*

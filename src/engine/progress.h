@@ -14,6 +14,9 @@
 
 extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
+extern bool ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
+							bool *paused);
+extern bool ProgressHeldByWorker(Pipeline *p);
 extern void ProgressHeld(Pipeline *p) pg_attribute_noreturn();
 extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);

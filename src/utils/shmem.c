@@ -89,6 +89,23 @@ ShmemInit(void)
 }
 
 /*
+ * ShmemIsWorker tells whether process pid is a drain worker.
+ */
+bool
+ShmemIsWorker(int pid)
+{
+	bool		found = false;
+
+	if (exactonce_shared == NULL || pid == 0)
+		return false;
+	LWLockAcquire(exactonce_shared->lock, LW_SHARED);
+	for (int i = 0; i < EXACTONCE_MAX_WORKERS && !found; i++)
+		found = exactonce_shared->slots[i].pid == pid;
+	LWLockRelease(exactonce_shared->lock);
+	return found;
+}
+
+/*
  * ShmemWorkersOf returns how many drain workers the launcher runs for
  * database dbname: 0 when it runs none, or the library was not preloaded.
  */

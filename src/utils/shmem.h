@@ -73,6 +73,7 @@ extern ExactonceShared *exactonce_shared;
 
 extern void ShmemInit(void);
 extern int	ShmemWorkersOf(const char *dbname);
+extern bool ShmemIsWorker(int pid);
 
 /*
  * ShmemWorkerServes tells whether drain worker index (of nworkers) drains shard

@@ -160,6 +160,24 @@ ok(drained('held', 185), 'once the lock is released, held drains');
 ok($node->log_contains(qr/CONTEXT:  exactonce drain of pipeline "held", shard \d/),
 	"the workers' errors name the pipeline and shard");
 
+# 5. the workers wake for free's inserts; held, drained, has nothing to do:
+# its steps read and lock nothing (a row lock would take a transaction id
+# and a commit to flush, for nothing, at every wake-up)
+$node->poll_query_until($db,
+	"SELECT drain_rotation = rotation AND NOT EXISTS (SELECT FROM held.ingest) FROM held.progress")
+  or die 'held does not settle';
+my $next_xid = $node->safe_psql($db, 'SELECT pg_snapshot_xmax(pg_current_snapshot())');
+for my $i (1 .. 10)
+{
+	feed('free', 1);
+	drained('free', 175 + $i) or die 'free does not drain';
+}
+is( $node->safe_psql($db,
+		"SELECT count(*) FROM (SELECT xmax FROM held.progress UNION ALL SELECT xmax FROM held.shard) r"
+		  . " WHERE xmax::text::bigint >= $next_xid"),
+	'0',
+	'ten wake-ups for another pipeline lock no row of a drained one');
+
 # code an owner plants on the tables the workers write runs as the owner
 $node->safe_psql(
 	$db, q{
