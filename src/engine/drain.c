@@ -590,10 +590,10 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
  * progress row it leaves the work to it rather than wait: every shard that
  * saw the last one finish comes to do the same, and waiting would add a
  * turn on the progress row, held through a flush, to find the work done
- * (the rotation wakes every worker, and an insert does).  For
- * anyone else it waits, as a drain does, and in a drain's order: its shard
- * row first, without waiting (whoever holds it, set_shards() or a flush,
- * holds every shard row and may wait for a table the step has open).
+ * (the rotation wakes every worker, and so does an insert).  For anyone
+ * else it waits, as a drain does, and in a drain's order: its shard row
+ * first, without waiting (whoever holds it, set_shards() or a flush, holds
+ * every shard row and may wait for a table the step has open).
  */
 static DrainResult
 DrainFinish(Pipeline *p, int shard)
