@@ -31,6 +31,7 @@
 #include "postgres.h"
 
 #include "access/subtrans.h"
+#include "access/transam.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
@@ -146,7 +147,16 @@ ProgressHeldByWorker(Pipeline *p)
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return false;
 	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (isnull || !TransactionIdIsNormal(xid) || !TransactionIdIsInProgress(xid))
+
+	/*
+	 * xmax may be a MultiXactId (several lockers): a number past every xid
+	 * handed out would count as in progress and have no subtransaction entry,
+	 * so only one before the next xid is looked up.  A multixact that passes
+	 * for a running xid at worst leaves the rotation to the next wake-up.
+	 */
+	if (isnull || !TransactionIdIsNormal(xid) ||
+		!TransactionIdPrecedes(xid, ReadNextTransactionId()) ||
+		!TransactionIdIsInProgress(xid))
 		return false;
 	return ShmemIsWorker(BackendXidGetPid(SubTransGetTopmostTransaction(xid)));
 }
