@@ -52,7 +52,7 @@ SELECT (SELECT count(*) FROM (SELECT desk, level, total, keys FROM mv.aggregates
 	AS mismatches;
 CREATE VIEW counters AS
 SELECT ingested, dead_lettered, ingested = applied + duplicates + stale + dead_lettered AS identity
-FROM mv.progress;
+FROM exactonce.pipelines WHERE name = 'mv';
 SELECT * FROM mismatches, counters;
 
 -- out: the keys of bucket (4, 1), with their dead letters; one more event
@@ -144,7 +144,7 @@ COMMIT;
 INSERT INTO acc.ingest (key, version, value, desk) SELECT * FROM readings;
 SELECT exactonce.flush('acc');
 SELECT mismatches FROM acc_mismatches;
-SELECT duplicates, ingested = applied + duplicates + stale + dead_lettered AS identity FROM acc.progress;
+SELECT duplicates, ingested = applied + duplicates + stale + dead_lettered AS identity FROM exactonce.pipelines WHERE name = 'acc';
 SELECT pg_temp.err($$SELECT exactonce.move_keys_in('mv', 4, 3, 'node2', 'g', NULL, '{}', NULL, NULL)$$);
 
 -- what cannot move, and misuse
@@ -309,5 +309,6 @@ SELECT exactonce.drop_pipeline('mv');
 SELECT exactonce.drop_pipeline('acc');
 SELECT exactonce.drop_pipeline('win');
 SELECT count(*) AS moves_left FROM exactonce.key_move;
+DROP VIEW counters;
 DROP TABLE not_a_queue, h, truth, readings CASCADE;
 DROP EXTENSION exactonce;

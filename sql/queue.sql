@@ -12,7 +12,7 @@ CREATE FUNCTION pg_temp.bytes(part regclass) RETURNS bigint
 SELECT rotation, drain_rotation FROM q.progress;
 SELECT shard, drain_rotation, drain_position FROM q.shard ORDER BY shard;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 5000) i;
-SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1 ORDER BY 1::regclass::text;
+SELECT tableoid::regclass, count(*) FROM q.ingest GROUP BY 1 ORDER BY tableoid::regclass::text;
 
 -- COPY works the same way
 COPY q.ingest (key, version, value, d) FROM stdin;
@@ -156,7 +156,7 @@ DROP INDEX q.q_ingest_key;
 DROP FUNCTION q_count();
 DROP TABLE q_seen;
 SELECT shards FROM exactonce.pipelines WHERE name = 'q';
-SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted,
+SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM exactonce.pipelines WHERE name = 'q') AS every_event_counted,
        bool_and(drain_rotation = (SELECT rotation FROM q.progress) AND drain_position = 0) AS at_start
 FROM q.shard;
 INSERT INTO q.ingest (key, version, value, d) SELECT 'k' || i, 31, 5, 'z' FROM generate_series(1, 300) i;
@@ -169,7 +169,7 @@ SELECT tableoid::regclass AS leaf, count(*) AS rows,
 	   bool_and((exactonce.key_shard_hash(key)::bigint & 4294967295) % 3 = right(tableoid::regclass::text, 1)::int) AS its_shard_only
 FROM q.ingest GROUP BY 1 ORDER BY tableoid::regclass::text;
 SELECT exactonce.set_shards('q', 1);
-SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM q.progress) AS every_event_counted FROM q.shard;
+SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM exactonce.pipelines WHERE name = 'q') AS every_event_counted FROM q.shard;
 SELECT sum(value) = 300 * 5 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
 -- one shard has plain partitions
 SELECT relid::regclass, isleaf FROM pg_partition_tree('q.ingest') ORDER BY relid::text;

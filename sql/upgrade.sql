@@ -179,6 +179,12 @@ SELECT relid::regclass, isleaf FROM pg_partition_tree('old.ingest') ORDER BY rel
 INSERT INTO old.ingest (key, version, value, d) SELECT 'u' || i, 2, 2, 'u' FROM generate_series(1, 100) i;
 SELECT exactonce.flush('old');
 SELECT total, keys FROM old.aggregates WHERE level = 1 AND d = 'u';
+-- 1.21: each shard counts what it drains in its row (set_shards() passed
+-- the counts of the one shard to shard 0); the progress row keeps what it
+-- counted before the update, and the view adds them up
+SELECT p.ingested AS progress_ingested, s.shard, s.ingested, s.applied, s.batches > 0 AS drained
+FROM old.progress p, old.shard s ORDER BY s.shard;
+SELECT ingested, applied, duplicates, stale, batches > 0 AS drained FROM exactonce.pipelines WHERE name = 'old';
 RESET ROLE;
 
 -- a pipeline created after the upgrade has the new default

@@ -236,9 +236,13 @@ frame_sql() {
 	cat <<SQL
 SET lock_timeout = '150ms';
 BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;
-SELECT 'P', extract(epoch FROM clock_timestamp()), ingested, applied, duplicates, stale,
-       dead_lettered, batches
-  FROM $PIPELINE.progress;
+SELECT 'P', extract(epoch FROM clock_timestamp()), sum(ingested), sum(applied),
+       sum(duplicates), sum(stale), sum(dead_lettered), sum(batches)
+  FROM (SELECT ingested, applied, duplicates, stale, dead_lettered, batches
+          FROM $PIPELINE.progress
+        UNION ALL
+        SELECT ingested, applied, duplicates, stale, dead_lettered, batches
+          FROM $PIPELINE.shard) c;
 SELECT 'T', repeat('  ', level) || rpad(label, 30 - 2 * level)
        || lpad(to_char(total, 'FM999,999,999,999,990.00'), 22)
        || lpad(to_char(keys, 'FM999,999,990'), 10)

@@ -163,11 +163,13 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 	else if (strcmp(table, "shard") == 0)
 	{
 		static const char *const positions[] = {"drain_rotation", "drain_position", "taken",
-		"drain_row", "drain_count", "drain_digest"};
+			"drain_row", "drain_count", "drain_digest", "ingested", "applied", "duplicates",
+		"stale", "dead_lettered", "batches"};
 
 		ShapeAdd(t, "shard", INT4OID);
 		for (int i = 0; i < lengthof(positions); i++)
 			ShapeAdd(t, positions[i], INT8OID);
+		ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
 	}
 	else if (strcmp(table, "ingest") == 0)
 	{

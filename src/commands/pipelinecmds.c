@@ -62,7 +62,7 @@ PG_FUNCTION_INFO_V1(exactonce_set_shards);
 #define PIPELINE_DEFAULT_MAX_SHARDS	16
 
 #define SHARD_TABLE_COMMENT \
-	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids) and the events it took"
+	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids), the events it took and the counters of what it drained"
 
 /* column names a dimension may not take */
 static const char *const reserved_columns[] = {
@@ -585,11 +585,14 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " watermark timestamptz"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.progress DEFAULT VALUES;\n"
-					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue rotation and counters of this pipeline (one row)';\n"
+					 "COMMENT ON TABLE %s.progress IS 'exactonce: queue rotation of this pipeline, and counters of what came other than through a shard (one row)';\n"
 					 "COMMENT ON COLUMN %s.progress.drain_rotation IS 'exactonce: the oldest rotation whose queue partition is not truncated yet';\n",
 					 s, s, s, s);
 
-	/* shard: one row per key shard, each updated by every batch of its own */
+	/*
+	 * shard: one row per key shard, each updated by every batch of its own:
+	 * its position and the counters of what it drained
+	 */
 	appendStringInfo(&sql,
 					 "CREATE TABLE %s.shard ("
 					 " shard integer PRIMARY KEY,"
@@ -598,7 +601,14 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " taken bigint NOT NULL DEFAULT 0,"
 					 " drain_row bigint,"
 					 " drain_count bigint NOT NULL DEFAULT 0,"
-					 " drain_digest bigint DEFAULT 0"
+					 " drain_digest bigint DEFAULT 0,"
+					 " ingested bigint NOT NULL DEFAULT 0,"
+					 " applied bigint NOT NULL DEFAULT 0,"
+					 " duplicates bigint NOT NULL DEFAULT 0,"
+					 " stale bigint NOT NULL DEFAULT 0,"
+					 " dead_lettered bigint NOT NULL DEFAULT 0,"
+					 " batches bigint NOT NULL DEFAULT 0,"
+					 " last_batch_at timestamptz"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"
 					 "COMMENT ON TABLE %s.shard IS '%s';\n",
@@ -1062,8 +1072,15 @@ SetPaused(const char *name, bool paused)
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(name, true);
 	PipelineActAsOwner(p);
-	/* pause waits for the batches in progress */
+
+	/*
+	 * pause waits for the batches in progress, and applies those the workers
+	 * left staged for one of them to apply: a paused pipeline's aggregates
+	 * hold all that its state does
+	 */
 	ProgressLockAll(p, NULL, &dummy, &dummy, &was_paused);
+	if (paused)
+		DrainApplyLeft(p);
 	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
 							 quote_identifier(p->name), paused ? "true" : "false"),
 					false, 0) != SPI_OK_UPDATE)
@@ -1125,15 +1142,25 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	drained = DrainPipeline(p);
 
 	/*
-	 * shards that go pass on their count of events to shard 0; new ones start
-	 * where the others are, at the rotation taking inserts
+	 * shards that go pass on their counts to shard 0; new ones start where
+	 * the others are, at the rotation taking inserts
 	 */
 	s = quote_identifier(p->name);
 	values[0] = Int32GetDatum(nshards);
 	values[1] = Int32GetDatum(p->nshards);
-	if (SPI_execute_with_args(psprintf("UPDATE %s.shard SET taken = taken +"
-									   " (SELECT coalesce(sum(taken), 0) FROM %s.shard WHERE shard >= $1)"
-									   " WHERE shard = 0", s, s),
+	if (SPI_execute_with_args(psprintf("UPDATE %1$s.shard z SET taken = z.taken + g.taken,"
+									   " ingested = z.ingested + g.ingested, applied = z.applied + g.applied,"
+									   " duplicates = z.duplicates + g.duplicates, stale = z.stale + g.stale,"
+									   " dead_lettered = z.dead_lettered + g.dead_lettered,"
+									   " batches = z.batches + g.batches,"
+									   " last_batch_at = greatest(z.last_batch_at, g.last_batch_at)"
+									   " FROM (SELECT coalesce(sum(taken), 0)::bigint AS taken,"
+									   " coalesce(sum(ingested), 0)::bigint AS ingested, coalesce(sum(applied), 0)::bigint AS applied,"
+									   " coalesce(sum(duplicates), 0)::bigint AS duplicates, coalesce(sum(stale), 0)::bigint AS stale,"
+									   " coalesce(sum(dead_lettered), 0)::bigint AS dead_lettered,"
+									   " coalesce(sum(batches), 0)::bigint AS batches, max(last_batch_at) AS last_batch_at"
+									   " FROM %1$s.shard WHERE shard >= $1) g"
+									   " WHERE z.shard = 0", s),
 							  1, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
 		SPI_execute_with_args(psprintf("DELETE FROM %s.shard WHERE shard >= $1", s),
 							  1, types, values, NULL, false, 0) != SPI_OK_DELETE ||

@@ -4,14 +4,17 @@
  *		The exactonce.pipelines view: one row per pipeline with its counters,
  *		queue depth and lag.
  *
- * Counters live in each pipeline's progress row and move in the transaction
- * that does the work, so they survive restarts and crashes and always obey
+ * Counters live in each pipeline's shard rows (what each shard drained)
+ * and its progress row (what came in another way: replayed dead letters,
+ * callers of the stages, moved keys), and move in the transaction that does
+ * the work, so they survive restarts and crashes and always obey
  * ingested = applied + duplicates + stale + dead_lettered.  The view reads
  * them, with a fixed query, as each pipeline's owner (never as a superuser:
  * the tables are the owner's, and CheckOwnership has made sure they are
  * plain tables), so that any role can monitor every pipeline (as
- * pg_stat_user_tables lets it) without rights on the pipelines' tables.  The queue is counted without waiting for locks
- * (QueueDepth), so the view never waits behind a drain.
+ * pg_stat_user_tables lets it) without rights on the pipelines' tables.
+ * The queue is counted without waiting for locks (QueueDepth), so the view
+ * never waits behind a drain.
  *
  *-------------------------------------------------------------------------
  */
@@ -176,11 +179,16 @@ ReadProgress(void *arg)
 
 	/* as the pipeline's owner, whose tables these are (CheckOwnership) */
 	PipelineActAsOwner(p);
-	if (SPI_execute(psprintf("SELECT paused, ingested, applied, duplicates, stale,"
-							 " dead_lettered, batches,"
-							 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
-							 " last_batch_at, rotation, drain_rotation"
-							 " FROM %s.progress", s, s), true, 1) != SPI_OK_SELECT ||
+	if (SPI_execute(psprintf("SELECT paused, p.ingested + h.ingested, p.applied + h.applied,"
+							 " p.duplicates + h.duplicates, p.stale + h.stale,"
+							 " p.dead_lettered + h.dead_lettered, p.batches + h.batches,"
+							 " (SELECT count(*) FROM %1$s.ledger WHERE applied_at IS NULL),"
+							 " greatest(p.last_batch_at, h.last_batch_at), rotation, p.drain_rotation"
+							 " FROM %1$s.progress p, (SELECT coalesce(sum(ingested), 0)::bigint AS ingested,"
+							 " coalesce(sum(applied), 0)::bigint AS applied, coalesce(sum(duplicates), 0)::bigint AS duplicates,"
+							 " coalesce(sum(stale), 0)::bigint AS stale, coalesce(sum(dead_lettered), 0)::bigint AS dead_lettered,"
+							 " coalesce(sum(batches), 0)::bigint AS batches, max(last_batch_at) AS last_batch_at"
+							 " FROM %1$s.shard) h", s), true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	tup = SPI_tuptable->vals[0];

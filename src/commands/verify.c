@@ -24,6 +24,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -32,11 +33,13 @@
 #include "port/pg_bitutils.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/cell.h"
+#include "engine/drain.h"
 #include "engine/extrema.h"
 #include "engine/progress.h"
 #include "utils/wake.h"
@@ -345,12 +348,20 @@ BuildVerifyAccumulate(Pipeline *p)
 static char *
 BuildAccounting(Pipeline *p)
 {
+	const char *s = quote_identifier(p->name);
+
+	/* the progress row's counters and the shard rows' (stats.c) */
 	return psprintf("SELECT 'accounting'::pg_catalog.text, NULL::pg_catalog.text,"
 					" pg_catalog.format('ingested %%s = applied %%s + duplicates %%s + stale %%s + dead_lettered %%s',"
 					" ingested, applied, duplicates, stale, dead_lettered),"
 					" ingested OPERATOR(pg_catalog.=) (applied OPERATOR(pg_catalog.+) duplicates"
 					" OPERATOR(pg_catalog.+) stale OPERATOR(pg_catalog.+) dead_lettered)"
-					" FROM %s.progress", quote_identifier(p->name));
+					" FROM (SELECT pg_catalog.sum(ingested) AS ingested, pg_catalog.sum(applied) AS applied,"
+					" pg_catalog.sum(duplicates) AS duplicates, pg_catalog.sum(stale) AS stale,"
+					" pg_catalog.sum(dead_lettered) AS dead_lettered FROM ("
+					" SELECT ingested, applied, duplicates, stale, dead_lettered FROM %s.progress"
+					" UNION ALL SELECT ingested, applied, duplicates, stale, dead_lettered FROM %s.shard) c) t",
+					s, s);
 }
 
 /*
@@ -371,6 +382,23 @@ PutRows(ReturnSetInfo *rsinfo)
 }
 
 /*
+ * InFlight tells whether the caller's snapshot has a batch a worker left
+ * staged for another to apply (DrainReduceOrLeave).
+ */
+static bool
+InFlight(Pipeline *p)
+{
+	bool		isnull;
+
+	if (SPI_execute(psprintf("SELECT EXISTS (SELECT FROM %s.ledger WHERE applied_at IS NULL"
+							 " AND source OPERATOR(pg_catalog.=) %s)",
+							 quote_identifier(p->name), quote_literal_cstr(EXACTONCE_SOURCE_QUEUE)),
+					true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the ledger of pipeline \"%s\"", p->name);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
  * exactonce_verify reports whether a pipeline's aggregates are what its
  * state says: the accounting identity, staged batches, and in latest mode
  * every cell that differs from the cells recomputed from the live keys.
@@ -381,6 +409,7 @@ exactonce_verify(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Pipeline   *p;
 	int			nestlevel;
+	bool		pushed = false;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -391,6 +420,27 @@ exactonce_verify(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
+
+	/*
+	 * The statements below read in one snapshot, the caller's (read_only). A
+	 * worker that found another applying the pipeline's batches left its own
+	 * staged, its keys in state already (DrainReduceOrLeave): if the snapshot
+	 * has one, verify() takes the pipeline as flush() does, applies the
+	 * batch, and reads as of then; where it cannot take it (a read-only
+	 * transaction, a standby, REPEATABLE READ), the ledger row reports it.
+	 */
+	if (InFlight(p) && !XactReadOnly && !IsolationUsesXactSnapshot())
+	{
+		int64		rotation,
+					drain_rotation;
+		bool		paused;
+
+		ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
+		DrainApplyLeft(p);
+		CommandCounterIncrement();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
 	if (SPI_execute(BuildAccounting(p), true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	PutRows(rsinfo);
@@ -404,6 +454,8 @@ exactonce_verify(PG_FUNCTION_ARGS)
 			elog(ERROR, "could not verify the reserves of pipeline \"%s\"", p->name);
 		PutRows(rsinfo);
 	}
+	if (pushed)
+		PopActiveSnapshot();
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

@@ -6,11 +6,15 @@
  * wait_applied() takes a snapshot as it starts, without the caller's own
  * uncommitted rows, and waits until no row of the queue visible to it is
  * left for a shard to take.  A shard's position moves in the transaction
- * that applies what it took, so then every event committed before the call
- * is in the aggregates.  Each transaction that moves a position or the
- * rotation on broadcasts a condition variable in shared memory as it
- * commits (WakeWaitersAtCommit), on which the waiter sleeps: it looks
- * again only when something changed.
+ * that takes its events through state and map and stages the batch; that
+ * transaction applies it too, unless another worker held the pipeline's
+ * reduce and was left the batch (DrainReduceOrLeave).  So the waiter then
+ * waits until no batch a worker staged by then is left staged: then every
+ * event committed before the call is in the aggregates.  Each transaction
+ * that moves a position or the rotation on, or applies batches, broadcasts
+ * a condition variable in shared memory as it commits
+ * (WakeWaitersAtCommit), on which the waiter sleeps: it looks again only
+ * when something changed.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,6 +35,7 @@
 
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
+#include "engine/ledger.h"
 #include "engine/progress.h"
 #include "engine/queue.h"
 #include "utils/shmem.h"
@@ -121,8 +126,10 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	Pipeline   *p;
 	int			nestlevel;
 	int64		left;
+	int64		staged = 0;
 	int64		last = -1;
 	bool		paused;
+	TimestampTz taken_by = DT_NOEND;	/* when the queue was found through */
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -157,24 +164,40 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 	for (;;)
 	{
 		long		ms;
+		TimestampTz now = GetCurrentTimestamp();
 
 		/*
 		 * each look in an SPI connection of its own, whose memory it frees;
 		 * one row left is enough to go on waiting, and all are counted only
-		 * for the error
+		 * for the error; once the queue is through, the batches staged by
+		 * then (a worker's transaction began before it committed)
 		 */
-		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		ms = TimestampDifferenceMilliseconds(now, deadline);
 		SPI_connect();
 		PipelineActAsOwner(p);
-		left = Unapplied(p, before, &last, &paused, ms > 0 ? 1 : 0);
+		if (taken_by == DT_NOEND)
+		{
+			left = Unapplied(p, before, &last, &paused, ms > 0 ? 1 : 0);
+			if (left == 0)
+				taken_by = now;
+		}
+		if (taken_by != DT_NOEND)
+		{
+			left = 0;
+			staged = LedgerStagedCount(p, EXACTONCE_SOURCE_QUEUE, taken_by);
+		}
 		PipelineActAsCaller(p);
 		SPI_finish();
-		if (left == 0)
+		if (left == 0 && staged == 0)
 			break;
 		if (ms <= 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_EXACTONCE_WAIT_TIMEOUT),
 					 errmsg("events of pipeline \"%s\" not applied within the timeout", p->name),
+					 staged > 0 ?
+					 errdetail_plural(INT64_FORMAT " batch taken from the queue is staged and not applied yet%s.",
+									  INT64_FORMAT " batches taken from the queue are staged and not applied yet%s.",
+									  staged, staged, paused ? "; the pipeline is paused" : "") :
 					 left > 0 ?
 					 errdetail_plural(INT64_FORMAT " event committed before the call is still queued%s.",
 									  INT64_FORMAT " events committed before the call are still queued%s.",

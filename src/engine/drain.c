@@ -45,6 +45,7 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/drain.h"
+#include "engine/ledger.h"
 #include "engine/event.h"
 #include "engine/feed.h"
 #include "engine/map.h"
@@ -380,6 +381,43 @@ DrainLockProgressPatiently(Pipeline *p, int64 *rotation, int64 *drain_rotation, 
 }
 
 /*
+ * DrainReduceOrLeave reduces the batch a step staged, with the others staged,
+ * unless another worker holds the progress row: then it leaves the batch
+ * staged for that worker, which looks for staged batches once it has
+ * committed (DrainFinish), and this one commits without waiting its turn.
+ * For anyone else it waits, as a drain does.
+ */
+static void
+DrainReduceOrLeave(Pipeline *p)
+{
+	int64		rotation,
+				drain_rotation;
+	bool		paused;
+
+	if (!ProgressTryLock(p, &rotation, &drain_rotation, &paused))
+	{
+		if (ProgressHeldByWorker(p))
+			return;
+		DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
+	}
+	DrainReduceWithRetry(p);
+}
+
+/*
+ * DrainApplyLeft applies the batches workers left staged (DrainReduceOrLeave),
+ * with any others staged, as a worker would: for a caller that holds the
+ * pipeline (ProgressLockAll) and wants its aggregates to hold all that state
+ * does, pause() and verify().
+ */
+void
+DrainApplyLeft(Pipeline *p)
+{
+	Assert(p->progress_locked);
+	if (LedgerStagedCount(p, EXACTONCE_SOURCE_QUEUE, DT_NOEND) > 0)
+		DrainReduceWithRetry(p);
+}
+
+/*
  * DrainBatch takes up to max events of a shard from the partition of
  * pos->rotation, after pos, through state and map, adding what happened to
  * counts.  It moves pos past the rows it read; when the batch comes up short
@@ -415,11 +453,11 @@ DrainBatch(Pipeline *p, int shard, QueuePosition *pos, int max, StageCounts *cou
 
 /*
  * DrainSlot drains a partition for one shard from pos to its end, batch by
- * batch, recording each batch's counts, and returns the number of events
- * taken.
+ * batch, adding what happened to counts and the batches to *batches, and
+ * returns the number of events taken.
  */
 static int64
-DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
+DrainSlot(Pipeline *p, int shard, QueuePosition *pos, StageCounts *counts, int64 *batches)
 {
 	int64		total = 0;
 	int		   *limit = BatchLimitOf(p, shard);
@@ -431,14 +469,15 @@ DrainSlot(Pipeline *p, int shard, QueuePosition *pos)
 	 */
 	for (;;)
 	{
-		StageCounts counts = {0};
 		DrainResult r;
 
 		SPI_connect();
-		r = DrainBatch(p, shard, pos, *limit, &counts);
-		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
+		r = DrainBatch(p, shard, pos, *limit, counts);
 		if (r.taken > 0)
+		{
 			DrainReduceWithRetry(p);
+			(*batches)++;
+		}
 		BatchAdapt(limit, r.taken, BatchMemory());
 		SPI_finish();
 		total += r.taken;
@@ -472,6 +511,8 @@ DrainPipeline(Pipeline *p)
 	for (int s = 0; s < p->nshards; s++)
 	{
 		int64		taken = 0;
+		int64		batches = 0;
+		StageCounts counts = {0};
 		QueuePosition end;
 
 		for (int64 r = shards[s].rotation; r <= rotation; r++)
@@ -480,10 +521,10 @@ DrainPipeline(Pipeline *p)
 
 			if (r != shards[s].rotation)
 				QueuePositionStart(&pos, r);
-			taken += DrainSlot(p, s, &pos);
+			taken += DrainSlot(p, s, &pos, &counts, &batches);
 		}
 		QueuePositionStart(&end, rotation);
-		ProgressShardRecord(p, s, &end, taken);
+		ProgressShardRecord(p, s, &end, taken, &counts, batches);
 		total += taken;
 	}
 	DrainReduceWithRetry(p);
@@ -558,9 +599,10 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
  * partition it is to drain next is not sealed (r->sealing), or it has
  * drained every sealed partition and FinishRotation would do nothing:
  * another shard still drains the partition to retire, or none is left to
- * retire and no row waits to rotate the queue for.  It reads, locking
- * nothing, and sets *finishing when the shard has drained every sealed
- * partition.
+ * retire and no row waits to rotate the queue for; and no worker left a
+ * batch staged (DrainReduceOrLeave).  It reads, locking nothing, and sets
+ * *finishing when the step is to finish a rotation or apply what was left
+ * (DrainFinish), rather than drain a batch, which applies it as well.
  */
 static bool
 DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
@@ -568,20 +610,27 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 {
 	QueuePosition pos;
 	bool		all;
+	bool		staged;
+	bool		idle;
 
 	*finishing = false;
-	if (!ProgressShardsAt(p, shard, rotation, &pos, &all))
+	if (!ProgressShardsAt(p, shard, rotation, &pos, &all, &staged))
 		return false;
 	*finishing = pos.rotation >= rotation;
 	if (pos.rotation < rotation)
-	{
-		r->sealing = pos.tid == 0 && !QueueSealed(p, rotation, seal);
-		return r->sealing;
-	}
+		idle = r->sealing = pos.tid == 0 && !QueueSealed(p, rotation, seal);
 	/* as FinishRotation: the last shard to finish retires, then rotates */
-	if (drain_rotation < rotation)
-		return !all;
-	return !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true);
+	else if (drain_rotation < rotation)
+		idle = !all;
+	else
+		idle = !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true);
+	if (idle && staged)
+	{
+		r->sealing = false;
+		*finishing = true;
+		return false;
+	}
+	return idle;
 }
 
 /*
@@ -620,7 +669,10 @@ DrainFinish(Pipeline *p, int shard)
 		r.worked = true;
 		return r;
 	}
-	return FinishRotation(p, rotation, drain_rotation);
+	DrainReduceWithRetry(p);
+	r = FinishRotation(p, rotation, drain_rotation);
+	r.worked |= !r.sealing;
+	return r;
 }
 
 /*
@@ -714,10 +766,9 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 		r = DrainBatch(p, shard, &pos, *limit, &counts);
 		if (r.exhausted)
 			QueuePositionStart(&pos, pos.rotation + 1);
-		ProgressShardRecord(p, shard, &pos, r.taken);
-		DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
-		ProgressRecord(p, &counts, r.taken > 0 ? 1 : 0, -1);
-		DrainReduceWithRetry(p);
+		ProgressShardRecord(p, shard, &pos, r.taken, &counts, r.taken > 0 ? 1 : 0);
+		if (r.taken > 0)
+			DrainReduceOrLeave(p);
 		BatchAdapt(limit, r.taken, BatchMemory());
 		return r;
 	}

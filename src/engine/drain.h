@@ -27,5 +27,6 @@ extern int64 DrainPipeline(Pipeline *p);
 extern void DrainEvents(Pipeline *p, Event *events, int n, int64 rotation,
 						StageCounts *counts);
 extern DrainResult DrainStep(Pipeline *p, int shard, SealState **seal);
+extern void DrainApplyLeft(Pipeline *p);
 
 #endif							/* EXACTONCE_DRAIN_H */

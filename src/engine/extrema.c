@@ -49,6 +49,7 @@
 #include "catalog/statement.h"
 #include "engine/cell.h"
 #include "engine/extrema.h"
+#include "engine/ledger.h"
 
 /*
  * AppendColumn appends quoted "<slot's measure>_<suffix>".
@@ -450,6 +451,7 @@ typedef struct LeafSet
 	Numeric    *ext[2 * (1 + EXACTONCE_MAX_MEASURES)];
 	Datum	   *reserves;
 	bool	   *nokeep;
+	bool	   *filled;			/* the reserve was filled from state */
 } LeafSet;
 
 /*
@@ -542,6 +544,7 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
 			set->ext[2 * slot + hi][set->n] = e->n > 0 ? e->v[0] : NULL;
 		}
 	set->nokeep[set->n] = read && (!fill || keys <= RESERVE_MIN_KEYS);
+	set->filled[set->n] = read && !set->nokeep[set->n];
 	set->reserves[set->n] = set->nokeep[set->n] ? (Datum) 0 :
 		CStringGetTextDatum(OidOutputFunctionCall(F_ARRAY_OUT, ReserveDatum(p, res)));
 	set->n++;
@@ -553,10 +556,12 @@ LeafApply(Pipeline *p, Cell *cell, SPITupleTable *rows, uint64 r, bool fill, Lea
  * returned (rows: ctid, keys, total, level, the dimensions, then min and
  * max of each min_max slot, then the reserve) whose extreme may have left,
  * but for those in gone, deleted already: level by level from the leaves.
- * fill: whether a leaf may fill its reserve from state (LeafApply).
+ * applying: how many staged batches the caller applies, all those staged,
+ * or -1 (some, or none staged); a leaf fills its reserve from state only
+ * when they are all (LeafApply).
  */
 void
-ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fill)
+ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, int64 applying)
 {
 	uint64		n = rows->numvals;
 	Datum	   *tids = palloc(sizeof(Datum) * Max(n, 1));
@@ -572,6 +577,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 	set.tids = palloc(sizeof(Datum) * Max(n, 1));
 	set.reserves = palloc(sizeof(Datum) * Max(n, 1));
 	set.nokeep = palloc(sizeof(bool) * Max(n, 1));
+	set.filled = palloc(sizeof(bool) * Max(n, 1));
 	for (int i = 0; i < 2 * (1 + p->nmeasures); i++)
 		set.ext[i] = p->min_max[i / 2] ? palloc(sizeof(Numeric) * Max(n, 1)) : NULL;
 
@@ -599,7 +605,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 				 p->name);
 		if (masks[r] == leaf)
 		{
-			LeafApply(p, cell, rows, r, fill, &set);
+			LeafApply(p, cell, rows, r, applying >= 0, &set);
 			continue;
 		}
 		for (int slot = 0; cell->change.ext != NULL && slot <= p->nmeasures; slot++)
@@ -612,6 +618,26 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, bool fil
 		}
 		any |= anew[r];
 	}
+
+	/*
+	 * A worker that found another holding the pipeline's reduce left its
+	 * batch staged, its keys in state (DrainReduceOrLeave): one committed
+	 * since the caller locked the staged batches would be counted twice in a
+	 * reserve filled from state.  State was read first, so such a batch is
+	 * staged now; then the reserves are not kept.
+	 */
+	for (int i = 0; i < set.n; i++)
+		if (set.filled[i])
+		{
+			if (LedgerStagedCount(p, NULL, DT_NOEND) > applying)
+				for (int k = i; k < set.n; k++)
+					if (set.filled[k])
+					{
+						set.nokeep[k] = true;
+						set.reserves[k] = (Datum) 0;
+					}
+			break;
+		}
 
 	/* the leaves first, in one statement */
 	if (set.n > 0)

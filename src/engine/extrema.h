@@ -22,6 +22,6 @@
 #define EXTREMA_RESERVE_STRIDE	(2 + EXTREMA_RESERVE_KEEP)
 
 extern void ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone,
-						 bool fill);
+						 int64 applying);
 
 #endif							/* EXACTONCE_EXTREMA_H */

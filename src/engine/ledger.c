@@ -27,6 +27,7 @@
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "catalog/statement.h"
 #include "engine/ledger.h"
@@ -75,6 +76,19 @@ BuildLedgerPendingTokens(Pipeline *p)
 					" WHERE applied_at IS NULL AND token = ANY($1)"
 					" ORDER BY staged_at, token FOR UPDATE",
 					LEDGER_MORE(p) ? LEDGER_MORE_COLUMNS : "", quote_identifier(p->name));
+}
+
+/*
+ * BuildLedgerStagedCount: how many batches are staged, of source $1 or of
+ * any (NULL), at or before $2.
+ */
+static const char *
+BuildLedgerStagedCount(Pipeline *p)
+{
+	return psprintf("SELECT pg_catalog.count(*) FROM %s.ledger WHERE applied_at IS NULL"
+					" AND ($1 IS NULL OR source OPERATOR(pg_catalog.=) $1)"
+					" AND staged_at OPERATOR(pg_catalog.<=) $2",
+					quote_identifier(p->name));
 }
 
 /*
@@ -175,6 +189,24 @@ LedgerLockStaged(Pipeline *p, Datum tokens, bool have_tokens)
 	else
 		StatementExec(StatementPrepare(p, BuildLedgerPending, 0, NULL), NULL, NULL, -1);
 	return SPI_tuptable;
+}
+
+/*
+ * LedgerStagedCount returns how many batches source (NULL: any) has staged
+ * at or before a time (DT_NOEND: any) and not applied, as a new snapshot
+ * sees them.
+ */
+int64
+LedgerStagedCount(Pipeline *p, const char *source, TimestampTz before)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2] = {source ? CStringGetTextDatum(source) : (Datum) 0,
+	TimestampTzGetDatum(before)};
+	bool		isnull;
+
+	StatementExec(StatementPrepare(p, BuildLedgerStagedCount, 2, types), values,
+				  source ? "  " : "n ", 1);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 /*

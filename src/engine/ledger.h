@@ -9,6 +9,7 @@
 #ifndef EXACTONCE_LEDGER_H
 #define EXACTONCE_LEDGER_H
 
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 
 #include "exactonce.h"
@@ -20,6 +21,7 @@ extern void LedgerStage(Pipeline *p, const uint8 *token, const char *source,
 						MemberColumns *members);
 extern SPITupleTable *LedgerLockStaged(Pipeline *p, Datum tokens,
 									   bool have_tokens);
+extern int64 LedgerStagedCount(Pipeline *p, const char *source, TimestampTz before);
 extern void LedgerMarkApplied(Pipeline *p, Datum *tokens, int n);
 extern int64 LedgerCollect(Pipeline *p, const char *source, int64 position);
 

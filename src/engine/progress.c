@@ -347,8 +347,9 @@ BuildShardsAt(Pipeline *p)
 {
 	return psprintf("SELECT count(*), coalesce(bool_and(drain_rotation >= $1), false),"
 					" max(drain_rotation) FILTER (WHERE shard = $2),"
-					" max(drain_position) FILTER (WHERE shard = $2)"
-					" FROM %s.shard", quote_identifier(p->name));
+					" max(drain_position) FILTER (WHERE shard = $2),"
+					" EXISTS (SELECT FROM %s.ledger WHERE applied_at IS NULL AND source = '" EXACTONCE_SOURCE_QUEUE "')"
+					" FROM %s.shard", quote_identifier(p->name), quote_identifier(p->name));
 }
 
 /*
@@ -358,7 +359,8 @@ BuildShardsAt(Pipeline *p)
  * the shards are no longer p's (set_shards() made them anew).
  */
 bool
-ProgressShardsAt(Pipeline *p, int shard, int64 rotation, QueuePosition *pos, bool *all)
+ProgressShardsAt(Pipeline *p, int shard, int64 rotation, QueuePosition *pos, bool *all,
+				 bool *staged)
 {
 	Oid			types[2] = {INT8OID, INT4OID};
 	Datum		values[2] = {Int64GetDatum(rotation), Int32GetDatum(shard)};
@@ -375,6 +377,7 @@ ProgressShardsAt(Pipeline *p, int shard, int64 rotation, QueuePosition *pos, boo
 	*all = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
 	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 3, &missing));
 	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	*staged = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
 	return !missing;
 }
 
@@ -421,27 +424,36 @@ BuildShardSet(Pipeline *p)
 {
 	return psprintf("UPDATE %s.shard SET drain_rotation = $2, drain_position = $3,"
 					" drain_row = $4, drain_count = $5, drain_digest = $6,"
-					" taken = taken + $7 WHERE shard = $1", quote_identifier(p->name));
+					" taken = taken + $7, ingested = ingested + $8, applied = applied + $9,"
+					" duplicates = duplicates + $10, stale = stale + $11,"
+					" dead_lettered = dead_lettered + $12, batches = batches + $13,"
+					" last_batch_at = CASE WHEN $13 > 0 THEN now() ELSE last_batch_at END"
+					" WHERE shard = $1", quote_identifier(p->name));
 }
 
 /*
- * ProgressShardRecord records the position a shard reached and the number of events
- * it took on the way.
+ * ProgressShardRecord records the position a shard reached, the number of
+ * events it took on the way, and what the state stage did with them in
+ * batches (c): the shard's counters, which move with its position.
  */
 void
-ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken)
+ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken,
+					const StageCounts *c, int64 batches)
 {
-	Oid			types[7] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
-	Datum		values[7] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
+	Oid			types[13] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID,
+	INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
+	Datum		values[13] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
 		Int64GetDatum(pos->tid), Int64GetDatum(pos->row), Int64GetDatum(pos->count),
-	Int64GetDatum(pos->digest), Int64GetDatum(taken)};
-	char		nulls[8] = "       ";
+		Int64GetDatum(pos->digest), Int64GetDatum(taken), Int64GetDatum(c->ingested),
+		Int64GetDatum(c->applied), Int64GetDatum(c->duplicates), Int64GetDatum(c->stale),
+	Int64GetDatum(c->dead_lettered), Int64GetDatum(batches)};
+	char		nulls[14] = "             ";
 
 	Assert(p->shards_locked & (UINT64CONST(1) << shard));
 	WakeWaitersAtCommit();
 	if (!pos->digest_known)
 		nulls[5] = 'n';
-	StatementExec(StatementPrepare(p, BuildShardSet, 7, types), values, nulls, 1);
+	StatementExec(StatementPrepare(p, BuildShardSet, 13, types), values, nulls, 1);
 }
 
 /*

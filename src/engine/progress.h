@@ -26,9 +26,10 @@ extern void ProgressRotate(Pipeline *p);
 extern bool ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos);
 extern void ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
 extern bool ProgressShardsAt(Pipeline *p, int shard, int64 rotation,
-							 QueuePosition *pos, bool *all);
+							 QueuePosition *pos, bool *all,
+							 bool *staged);
 extern void ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos,
-								int64 taken);
+								int64 taken, const StageCounts *c, int64 batches);
 extern void ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
 							int64 *drain_rotation, bool *paused);
 

@@ -30,6 +30,7 @@
 #include "engine/progress.h"
 #include "engine/reduce.h"
 #include "utils/fault.h"
+#include "utils/wake.h"
 
 /*
  * BuildAggUpsert: add per-cell changes to aggregates, with the sums and
@@ -271,10 +272,10 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 
 /*
  * ApplyCells adds the merged changes to aggregates and deletes the cells
- * that are left without keys; fill as for ExtremaApply.
+ * that are left without keys; applying as for ExtremaApply.
  */
 static void
-ApplyCells(Pipeline *p, HTAB *cells, bool fill)
+ApplyCells(Pipeline *p, HTAB *cells, int64 applying)
 {
 	Oid			types[EXACTONCE_MAX_DIMENSIONS + 3 + 2 * EXACTONCE_MAX_MEASURES + EXACTONCE_MAX_DISTINCT +
 					  2 * (1 + EXACTONCE_MAX_MEASURES)];
@@ -375,7 +376,7 @@ ApplyCells(Pipeline *p, HTAB *cells, bool fill)
 		FeedRecord(p, cells, rows);
 	/* the min and max of the cells left, read from those below */
 	if (p->any_min_max)
-		ExtremaApply(p, cells, rows, gone, fill);
+		ExtremaApply(p, cells, rows, gone, applying);
 	SPI_freetuptable(rows);
 }
 
@@ -437,8 +438,10 @@ ReduceApply(Pipeline *p, Datum tokens, bool have_tokens)
 		if (p->windowed)
 			AdvanceWatermark(p, cells);
 		/* applying every staged batch, state holds no more than them */
-		ApplyCells(p, cells, !have_tokens);
+		ApplyCells(p, cells, have_tokens ? -1 : napplied);
 		LedgerMarkApplied(p, applied, napplied);
+		/* wait_applied() may be waiting for a batch a worker left staged */
+		WakeWaitersAtCommit();
 	}
 	/* a flush reduces batch after batch in one SPI connection */
 	SPI_freetuptable(pending);
@@ -464,5 +467,5 @@ ReduceApplyCells(Pipeline *p, HTAB *cells, HTAB *members)
 	if (members)
 		DistinctApply(p, members, cells);
 	/* a batch may be staged that state holds */
-	ApplyCells(p, cells, false);
+	ApplyCells(p, cells, -1);
 }

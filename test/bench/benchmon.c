@@ -13,7 +13,7 @@
  *					   processes from /proc/<pid>.  With --until-drained N
  *					   it stops at the first sample showing ingested >= N,
  *					   queued = 0 and staged = 0, and prints that sample's time.
- *	 probe			   every --interval ms: ingested from <pipeline>.progress
+ *	 probe			   every --interval ms: ingested from <pipeline>.progress and .shard
  *					   and the events each shard took from <pipeline>.shard,
  *					   small reads that never wait for a lock; a line is
  *					   written whenever ingested changes, so the file tells
@@ -39,6 +39,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/*
+ * the events a pipeline ingested (%s three times: its schema), from its
+ * progress row and its shard rows; before 1.21 the shard rows had no
+ * counters, which this reads as 0, so that libraries can be compared
+ */
+#define INGESTED_SQL \
+	"(SELECT ingested FROM %s.progress)" \
+	" + (SELECT coalesce(sum((to_jsonb(s) ->> 'ingested')::bigint), 0) FROM %s.shard s)"
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -328,9 +337,9 @@ main(int argc, char **argv)
 	{
 		char	   *q = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
 
-		probe_sql = malloc(2 * strlen(q) + 128);
-		sprintf(probe_sql, "SELECT ingested, (SELECT array_agg(taken ORDER BY shard) FROM %s.shard)"
-				" FROM %s.progress", q, q);
+		probe_sql = malloc(4 * strlen(q) + 256);
+		sprintf(probe_sql, "SELECT " INGESTED_SQL ", (SELECT array_agg(taken ORDER BY shard) FROM %s.shard)",
+				q, q, q);
 		PQfreemem(q);
 		fprintf(out, "t,ingested,taken\n");
 	}
@@ -341,9 +350,9 @@ main(int argc, char **argv)
 	{
 		char	   *q = PQescapeIdentifier(conn, pipeline, strlen(pipeline));
 
-		cheap_sql = malloc(2 * strlen(q) + 128);
-		sprintf(cheap_sql, "SELECT ingested, (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL)"
-				" FROM %s.progress", q, q);
+		cheap_sql = malloc(4 * strlen(q) + 256);
+		sprintf(cheap_sql, "SELECT " INGESTED_SQL ", (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL)",
+				q, q, q);
 		PQfreemem(q);
 	}
 

@@ -137,6 +137,14 @@ TUNED='exactonce.workers = 16\nmax_worker_processes = 64\n'
 
 # drained NAME N [HOST PORT...]: wait until the pipeline's servers have
 # taken N events in all and reduced every batch.  It reads the counters,
+# ingested_sql PIPELINE: its events ingested, from the progress row and the
+# shard rows (before 1.21 the progress row counted them all, and the shard
+# rows have no counters: the libraries compared in one run may differ)
+ingested_sql() {
+	echo "(SELECT ingested FROM $1.progress)
+		+ (SELECT coalesce(sum((to_jsonb(s) ->> 'ingested')::bigint), 0) FROM $1.shard s)"
+}
+
 # not the view: the view's queued counts the queue's rows, a scan of the
 # whole backlog, which polled this often would take a core from the drain.
 drained() {
@@ -146,8 +154,8 @@ drained() {
 	while :; do
 		sum=0 pending=0
 		for ((i = 1; i <= $#; i += 2)); do
-			row=$(PGHOST=${!i} PGPORT=$(eval echo \${$((i + 1))}) q -F ' ' -c "SELECT ingested,
-				(SELECT count(*) FROM $p.ledger WHERE applied_at IS NULL) FROM $p.progress")
+			row=$(PGHOST=${!i} PGPORT=$(eval echo \${$((i + 1))}) q -F ' ' -c "SELECT $(ingested_sql $p),
+				(SELECT count(*) FROM $p.ledger WHERE applied_at IS NULL)")
 			sum=$((sum + ${row% *})) pending=$((pending + ${row#* }))
 		done
 		[ "$sum" -ge "$n" ] && [ "$pending" = 0 ] && return 0
