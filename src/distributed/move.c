@@ -971,8 +971,12 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	target = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	PipelineActAsOwner(p);
 
-	/* the workers wait from here to commit */
+	/*
+	 * the workers wait from here to commit; the batches they left staged go
+	 * into the aggregates before the keys' contributions come out
+	 */
 	ProgressLockAll(p, shards, &rotation, &drain_rotation, &paused);
+	DrainApplyLeft(p);
 	if (MovedAway(p, modulus, remainder, &closed))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -1100,6 +1104,7 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	moved = p->mode == PIPELINE_ACCUMULATE ? &sums : NULL;
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
+	DrainApplyLeft(p);
 	OpenQueueToRange(p, modulus, remainder);
 	if (state != NULL)
 		keys = PutRows(p, "state", state, modulus, remainder, moved,

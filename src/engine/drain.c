@@ -407,7 +407,7 @@ DrainReduceOrLeave(Pipeline *p)
  * DrainApplyLeft applies the batches workers left staged (DrainReduceOrLeave),
  * with any others staged, as a worker would: for a caller that holds the
  * pipeline (ProgressLockAll) and wants its aggregates to hold all that state
- * does, pause() and verify().
+ * does: pause(), verify(), a move of keys.
  */
 void
 DrainApplyLeft(Pipeline *p)
@@ -634,15 +634,19 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 }
 
 /*
- * DrainFinish finishes a rotation (FinishRotation) for a shard that has
- * drained every sealed partition.  Where another shard's worker holds the
- * progress row it leaves the work to it rather than wait: every shard that
- * saw the last one finish comes to do the same, and waiting would add a
- * turn on the progress row, held through a flush, to find the work done
- * (the rotation wakes every worker, and so does an insert).  For anyone
- * else it waits, as a drain does, and in a drain's order: its shard row
- * first, without waiting (whoever holds it, set_shards() or a flush, holds
- * every shard row and may wait for a table the step has open).
+ * DrainFinish applies the batches other workers left staged and finishes a
+ * rotation (FinishRotation) for a shard that has drained every sealed
+ * partition.  Where another shard's worker holds the progress row it leaves
+ * the work to it rather than wait: every shard that saw the last one finish
+ * comes to do the same, and waiting would add a turn on the progress row,
+ * held through a flush, to find the work done (the rotation wakes every
+ * worker, and so does an insert; the holder looks for staged batches once
+ * it has committed).  For anyone else it waits, as a drain does, and in a
+ * drain's order: its shard row first, without waiting (whoever holds it,
+ * set_shards() or a flush, holds every shard row and may wait for a table
+ * the step has open).  Having held the progress row, the worker takes
+ * another step at once: a batch left staged while it held the row, by a
+ * worker that saw it held, is its to apply.
  */
 static DrainResult
 DrainFinish(Pipeline *p, int shard)
@@ -679,14 +683,17 @@ DrainFinish(Pipeline *p, int shard)
  * DrainStep is one unit of a worker's work on a shard of a pipeline, for one
  * transaction: drain a batch of the shard's keys from the sealed partition
  * and reduce it, or, with nothing sealed left for the shard, finish the
- * rotation (FinishRotation).
+ * rotation (FinishRotation), or apply the batches other workers left staged.
  *
  * The shard's row lock, taken first and held throughout, makes the worker
  * the only writer of the shard's keys in state, so shards run their state
- * and map stages in parallel.  The progress row lock, taken last, serializes
- * reduce, the counters and rotations; it is held only from reduce to commit.
- * A step with nothing to do yet takes neither (DrainIdle), and one that
- * finishes a rotation takes the progress row first (DrainFinish).
+ * and map stages in parallel; the shard's counters move with its position.
+ * The progress row lock, taken last, serializes reduce and rotations; it is
+ * held only from reduce to commit.  A worker that finds another worker
+ * holding it leaves its batch staged for that one (DrainReduceOrLeave), so
+ * the shards' commits do not wait for one another.  A step with nothing to
+ * do yet takes neither lock (DrainIdle), and one that finishes a rotation
+ * or applies what was left takes the progress row first (DrainFinish).
  */
 DrainResult
 DrainStep(Pipeline *p, int shard, SealState **seal)

@@ -16,7 +16,10 @@
  * same batch again, which is tied to consumption, not to time:
  *	 - batches from the queue are staged in the transaction that takes their
  *	   events from the queue, so no retry can produce them again; their tokens
- *	   are forgotten when their queue partition is truncated (QueueRetire);
+ *	   are forgotten when their queue partition is truncated (QueueRetire).
+ *	   That transaction applies its batch too, unless another worker held
+ *	   the pipeline's reduce: then it leaves the batch staged, and the other
+ *	   applies it with the next (DrainReduceOrLeave);
  *	 - batches staged by an external consumer are forgotten when it says its
  *	   source has moved past them, with exactonce.release().
  *

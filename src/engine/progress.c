@@ -4,20 +4,24 @@
  *		A pipeline's progress row and shard rows, and the order in which
  *		they are locked.
  *
- * Table progress has one row: the counters, the rotation taking inserts,
- * the oldest rotation not truncated yet, and whether the pipeline is paused.
- * Table shard has a row per key shard (QueueKeyShard): its position in the
- * queue (QueuePosition) and the events it took.  Both move in the
- * transaction that applies a batch, so after a crash a batch is wholly done
- * or not at all.
+ * Table progress has one row: the rotation taking inserts, the oldest
+ * rotation not truncated yet, whether the pipeline is paused, and the
+ * counters of what came other than through a shard (replayed dead letters,
+ * the stage functions' callers, moved keys).  Table shard has a row per key
+ * shard (QueueKeyShard): its position in the queue (QueuePosition), the
+ * events it took and the counters of what it drained.  A shard's row moves
+ * in the transaction that takes a batch through state and map, so after a
+ * crash a batch is wholly done or not at all.
  *
  * The locks are the pipeline's concurrency control:
  *	 - the state stage holds the shard rows of the keys it writes: a worker
  *	   holds its shard's row from the moment it reads the queue to commit,
  *	   so it is the only writer of those keys in state, and shards run state
  *	   and map in parallel;
- *	 - the progress row serializes reduce, the counters and the queue's
- *	   rotation; workers take it last and hold it only from reduce to commit.
+ *	 - the progress row serializes reduce and the queue's rotation; workers
+ *	   take it last and hold it only from reduce to commit, and one that
+ *	   finds another worker holding it leaves its batch staged for that one
+ *	   to apply (drain.c, DrainReduceOrLeave).
  * Lock order: shard rows first, in shard order, then the progress row.
  * Workers, flush(), pause(), set_shards() and callers of the stages all
  * follow it (ProgressLockAll takes every row), so they never deadlock; a
@@ -36,6 +40,7 @@
 #include "miscadmin.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
@@ -450,6 +455,13 @@ ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 take
 	char		nulls[14] = "             ";
 
 	Assert(p->shards_locked & (UINT64CONST(1) << shard));
+	/* the update to 1.21 gives the shard rows their counters */
+	if (get_attnum(p->shard, "ingested") == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the exactonce library is newer than the extension's SQL objects"),
+				 errdetail("Table %s.shard has no counters.", quote_identifier(p->name)),
+				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 	WakeWaitersAtCommit();
 	if (!pos->digest_known)
 		nulls[5] = 'n';

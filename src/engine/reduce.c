@@ -8,7 +8,8 @@
  * per cell and applied with one upsert; cells left without keys are deleted
  * in the same transaction, which also marks the tokens applied (ledger.c),
  * so a token's batch reaches the aggregates exactly once.  Reduce runs under
- * the pipeline's progress row lock (progress.c), one batch set at a time.
+ * the pipeline's progress row lock (progress.c), one batch set at a time: a
+ * worker's takes in the batches other workers left staged meanwhile.
  *
  *-------------------------------------------------------------------------
  */
