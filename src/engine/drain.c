@@ -45,9 +45,9 @@
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
 #include "engine/drain.h"
-#include "engine/ledger.h"
 #include "engine/event.h"
 #include "engine/feed.h"
+#include "engine/ledger.h"
 #include "engine/map.h"
 #include "engine/progress.h"
 #include "engine/queue.h"
@@ -644,9 +644,11 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
  * it has committed).  For anyone else it waits, as a drain does, and in a
  * drain's order: its shard row first, without waiting (whoever holds it,
  * set_shards() or a flush, holds every shard row and may wait for a table
- * the step has open).  Having held the progress row, the worker takes
- * another step at once: a batch left staged while it held the row, by a
- * worker that saw it held, is its to apply.
+ * the step has open); with the progress row had at once it needs none,
+ * since whoever changes the shards takes the progress row too.  Having held
+ * the progress row, the worker takes another step at once: a batch left
+ * staged while it held the row, by a worker that saw it held, is its to
+ * apply.
  */
 static DrainResult
 DrainFinish(Pipeline *p, int shard)
@@ -655,16 +657,14 @@ DrainFinish(Pipeline *p, int shard)
 	int64		rotation,
 				drain_rotation;
 	bool		paused = false;
-	bool		locked;
 	QueuePosition pos;
 
-	locked = ProgressTryLock(p, &rotation, &drain_rotation, &paused);
-	if (!locked && ProgressHeldByWorker(p))
-		return r;
-	if (paused || !ProgressShardLock(p, shard, &pos))
-		return r;
-	if (!locked)
+	if (!ProgressTryLock(p, &rotation, &drain_rotation, &paused))
+	{
+		if (ProgressHeldByWorker(p) || !ProgressShardLock(p, shard, &pos))
+			return r;
 		DrainLockProgressPatiently(p, &rotation, &drain_rotation, &paused);
+	}
 	if (paused)
 		return r;
 	/* set_shards() and alter_pipeline_as() hold the rows until they commit */

@@ -25,8 +25,9 @@
  * Lock order: shard rows first, in shard order, then the progress row.
  * Workers, flush(), pause(), set_shards() and callers of the stages all
  * follow it (ProgressLockAll takes every row), so they never deadlock; a
- * worker finishing a rotation takes the progress row first and then its
- * shard row without waiting, which cannot deadlock either.  Workers never
+ * worker finishing a rotation or applying batches left staged tries the
+ * progress row first, without waiting, and takes no shard row if it has
+ * it, which cannot deadlock either.  Workers never
  * wait for a row another session holds: they skip a locked shard row and
  * give up the progress row after about a second.
  *
