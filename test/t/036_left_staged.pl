@@ -8,7 +8,8 @@
 # is applied all the same; wait_applied() returns only once it is;
 # verify() in a read-only transaction reports it, and otherwise takes the
 # pipeline and applies it; pause() applies it before it pauses; the
-# counters add up.
+# counters add up; and a reserve of extremes is not filled from a state
+# ahead of the aggregates.
 
 use strict;
 use warnings;
@@ -144,6 +145,71 @@ is( $node->safe_psql(
 		$db, q{SELECT ingested, applied, (SELECT sum(ingested) FROM ls.shard), (SELECT ingested FROM ls.progress)
 FROM exactonce.pipelines WHERE name = 'ls'}), '8000|8000|8000|0',
 	'each shard counted what it drained, and the view adds them up');
+
+# 5: a reserve of extremes is not filled from a state ahead of the
+# aggregates.  In pipeline mm (min and max of value, two shards) leaf x has
+# 100 keys of shard 0 with values 1..100 and 100 of shard 1 with 101..200,
+# so its reserve of least values is all shard 0's.  Then one transaction
+# tombstones shard 0's twenty least and adds five keys of shard 1 with
+# values below them.  Shard 1's batch names leaf m1 too, and a trigger on
+# the ledger holds its staging for 1.5 s, so shard 0's worker reduces
+# first; a trigger on the aggregates holds that reduce for 3 s after its
+# upsert, during which shard 1's worker leaves its batch staged and
+# commits.  Shard 0's reduce then finds leaf x's reserve spent and reads
+# the leaf's keys in state, shard 1's new ones among them: a reserve kept
+# from that read would count them twice once their batch is applied.
+$node->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+SELECT exactonce.create_pipeline('mm', ARRAY['d'], min_max => ARRAY['value'], shards => 2);
+CREATE FUNCTION shard_of(key text) RETURNS int LANGUAGE sql IMMUTABLE
+AS $$ SELECT ((hashtext(key)::bigint & 4294967295) % 2)::int $$;
+CREATE TABLE mm_keys AS
+SELECT key, shard_of(key) AS shard, row_number() OVER (PARTITION BY shard_of(key) ORDER BY n) AS r
+FROM (SELECT 'mk' || n AS key, n FROM generate_series(1, 1000) n) k;
+CREATE TABLE mm_produced (key text, version bigint, value numeric, d text, deleted boolean);
+INSERT INTO mm_produced
+SELECT key, 1, CASE shard WHEN 0 THEN r ELSE 100 + r END, 'x', false FROM mm_keys WHERE r <= 100;
+INSERT INTO mm.ingest (key, version, value, d) SELECT key, version, value, d FROM mm_produced;
+CREATE FUNCTION slow_staging() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF 'm1' = ANY (NEW.cells) THEN
+		PERFORM pg_sleep(1.5);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER slow_staging AFTER INSERT ON mm.ledger FOR EACH ROW EXECUTE FUNCTION slow_staging();
+CREATE TRIGGER slow AFTER INSERT ON mm.aggregates FOR EACH STATEMENT EXECUTE FUNCTION slow();
+CREATE TRIGGER record AFTER INSERT OR UPDATE ON mm.ledger FOR EACH ROW EXECUTE FUNCTION record();
+});
+ok(eo_wait_drained($node, $db, 'mm'), 'mm: the first 200 keys are drained');
+$node->safe_psql(
+	$db, q{
+TRUNCATE staged_by, applied_by;
+INSERT INTO hold VALUES (3);
+BEGIN;
+INSERT INTO mm_produced
+SELECT key, 2, 0, 'x', true FROM mm_keys WHERE shard = 0 AND r <= 20
+UNION ALL SELECT key, 1, r / 10.0, 'x', false FROM mm_keys WHERE shard = 1 AND r BETWEEN 201 AND 205
+UNION ALL SELECT key, 1, 7, 'm1', false FROM mm_keys WHERE shard = 1 AND r = 206;
+INSERT INTO mm.ingest (key, version, value, d, deleted)
+SELECT key, version, value, d, deleted FROM mm_produced WHERE version = 2 OR key IN
+	(SELECT key FROM mm_keys WHERE shard = 1 AND r BETWEEN 201 AND 206);
+COMMIT;
+});
+ok(eo_wait_drained($node, $db, 'mm'), 'mm: drained');
+ok($node->safe_psql($db, $handed) > 0, 'mm: shard 1\'s batch was applied by another transaction');
+is( $node->safe_psql(
+		$db, q{
+WITH live AS (SELECT DISTINCT ON (key) * FROM mm_produced ORDER BY key, version DESC),
+truth AS (SELECT d, min(value) AS lo, max(value) AS hi, count(*) AS keys FROM live WHERE NOT deleted GROUP BY d)
+SELECT count(*) FROM truth t FULL JOIN (SELECT * FROM mm.aggregates WHERE level = 1) a USING (d)
+WHERE a.value_min IS DISTINCT FROM t.lo OR a.value_max IS DISTINCT FROM t.hi OR a.keys IS DISTINCT FROM t.keys}),
+	'0', 'mm: the leaves\' min, max and keys equal the oracle');
+is( $node->safe_psql(
+		$db, q{SELECT coalesce(string_agg(item || ' ' || coalesce(cell, '') || ': ' || detail, '; '), '')
+FROM exactonce.verify('mm') WHERE NOT ok}),
+	'', 'mm: verify() finds every reserve of extremes as the leaf\'s live keys make it');
 
 $node->stop;
 done_testing();
