@@ -48,6 +48,7 @@
 #include "distributed/coordinator.h"
 #include "distributed/park.h"
 #include "engine/drain.h"
+#include "engine/ledger.h"
 #include "engine/progress.h"
 #include "utils/shmem.h"
 #include "utils/wake.h"
@@ -978,6 +979,9 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	bool		paused;
 	Oid			types[1] = {INT4OID};
 	Datum		values[1];
+	QueuePosition shards[EXACTONCE_MAX_SHARDS];
+	int64		rotation,
+				drain_rotation;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -1004,19 +1008,22 @@ exactonce_drop_pipeline(PG_FUNCTION_ARGS)
 	 * waits for it
 	 */
 	ShapeLockForDrop(p->nspid);
-	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
+	ProgressLockAll(p, shards, &rotation, &drain_rotation, &paused);
 	QueueFreeze(p);
 	{
 		int64		queued,
 					staged;
-		bool		isnull;
+		TimestampTz oldest;
 
-		if (SPI_execute(psprintf("SELECT (SELECT pg_catalog.count(*) FROM %s.ingest),"
-								 " (SELECT pg_catalog.count(*) FROM %s.ledger WHERE applied_at IS NULL)",
-								 quote_identifier(name), quote_identifier(name)), true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not count the queue of pipeline \"%s\"", name);
-		queued = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		staged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		/*
+		 * a batch a worker left staged for another to apply (drain.c) is
+		 * applied, not discarded; the counts are as of now, not of when the
+		 * drop began to wait, and of the events no shard took (a drained
+		 * partition may wait for its truncation)
+		 */
+		DrainApplyLeft(p);
+		queued = QueueDepth(p, rotation, drain_rotation, shards, NULL, &oldest, 0, NULL, NULL);
+		staged = LedgerStagedCount(p, NULL, DT_NOEND);
 		if (queued > 0 || staged > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -15,8 +15,10 @@
  * and seen account for, and rebuild() refuses.
  *
  * Both read state, aggregates and ledger in one statement, so in one
- * snapshot: a worker changes all three in one transaction, so verify()
- * needs no lock and never reports a batch half applied.  rebuild() holds
+ * snapshot, and verify() takes no lock: a worker changes all three in one
+ * transaction, but for a batch it left staged for another worker to apply
+ * (drain.c), which verify() applies first, holding the pipeline, when its
+ * snapshot has one.  rebuild() holds
  * the pipeline (ProgressLockAll) from the start to its commit, as flush()
  * does: the workers wait, while producers go on inserting into the queue.
  *
@@ -399,6 +401,23 @@ InFlight(Pipeline *p)
 }
 
 /*
+ * HoldsProgress tells whether this transaction holds the pipeline's progress
+ * row.
+ */
+static bool
+HoldsProgress(Pipeline *p)
+{
+	bool		isnull;
+	Datum		xmax;
+
+	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return false;
+	xmax = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmax));
+}
+
+/*
  * exactonce_verify reports whether a pipeline's aggregates are what its
  * state says: the accounting identity, staged batches, and in latest mode
  * every cell that differs from the cells recomputed from the live keys.
@@ -427,7 +446,10 @@ exactonce_verify(PG_FUNCTION_ARGS)
 	 * staged, its keys in state already (DrainReduceOrLeave): if the snapshot
 	 * has one, verify() takes the pipeline as flush() does, applies the
 	 * batch, and reads as of then; where it cannot take it (a read-only
-	 * transaction, a standby, REPEATABLE READ), the ledger row reports it.
+	 * transaction, a standby, REPEATABLE READ), the ledger row reports it. A
+	 * transaction that holds the progress row already (a caller of the
+	 * stages) takes no shard row after it, against the lock order: it applies
+	 * what is staged, and a worker may leave another batch meanwhile.
 	 */
 	if (InFlight(p) && !XactReadOnly && !IsolationUsesXactSnapshot())
 	{
@@ -435,7 +457,10 @@ exactonce_verify(PG_FUNCTION_ARGS)
 					drain_rotation;
 		bool		paused;
 
-		ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
+		if (HoldsProgress(p))
+			ProgressLock(p, &rotation, &drain_rotation, &paused);
+		else
+			ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
 		DrainApplyLeft(p);
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());

@@ -170,7 +170,7 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 		 * each look in an SPI connection of its own, whose memory it frees;
 		 * one row left is enough to go on waiting, and all are counted only
 		 * for the error; once the queue is through, the batches staged by
-		 * then (a worker's transaction began before it committed)
+		 * then
 		 */
 		ms = TimestampDifferenceMilliseconds(now, deadline);
 		SPI_connect();
@@ -178,8 +178,9 @@ exactonce_wait_applied(PG_FUNCTION_ARGS)
 		if (taken_by == DT_NOEND)
 		{
 			left = Unapplied(p, before, &last, &paused, ms > 0 ? 1 : 0);
+			/* a transaction whose position that look saw began before */
 			if (left == 0)
-				taken_by = now;
+				taken_by = GetCurrentTimestamp();
 		}
 		if (taken_by != DT_NOEND)
 		{

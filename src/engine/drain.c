@@ -626,7 +626,6 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 		idle = !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true);
 	if (idle && staged)
 	{
-		r->sealing = false;
 		*finishing = true;
 		return false;
 	}
@@ -729,7 +728,13 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	if (DrainIdle(p, shard, rotation, drain_rotation, seal, &finishing, &r))
 		return r;
 	if (finishing)
-		return DrainFinish(p, shard);
+	{
+		bool		sealing = r.sealing;	/* and a batch was left staged */
+
+		r = DrainFinish(p, shard);
+		r.sealing |= sealing && !r.worked;
+		return r;
+	}
 
 	/*
 	 * Whoever else holds the shard (a flush, a caller of the stages) may hold

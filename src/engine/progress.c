@@ -149,8 +149,9 @@ ProgressHeldByWorker(Pipeline *p)
 	TransactionId xid;
 	bool		isnull;
 
+	/* a new snapshot: the step's own may show a version since updated */
 	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return false;
 	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 
@@ -158,7 +159,10 @@ ProgressHeldByWorker(Pipeline *p)
 	 * xmax may be a MultiXactId (several lockers): a number past every xid
 	 * handed out would count as in progress and have no subtransaction entry,
 	 * so only one before the next xid is looked up.  A multixact that passes
-	 * for a running xid at worst leaves the rotation to the next wake-up.
+	 * for a running xid at worst leaves the rotation, or a batch, to the next
+	 * wake-up; one that does not makes the caller wait as for anyone else. (A
+	 * windowed pipeline's reduce updates the row it locked in a
+	 * subtransaction, so its xmax is a multixact: its workers wait.)
 	 */
 	if (isnull || !TransactionIdIsNormal(xid) ||
 		!TransactionIdPrecedes(xid, ReadNextTransactionId()) ||

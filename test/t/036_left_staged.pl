@@ -7,7 +7,7 @@
 # keys in state and not in the aggregates.  With nothing more inserted it
 # is applied all the same; wait_applied() returns only once it is;
 # verify() in a read-only transaction reports it, and otherwise takes the
-# pipeline and applies it; pause() applies it before it pauses; the
+# pipeline and applies it; pause() and drop_pipeline() apply it; the
 # counters add up; and a reserve of extremes is not filled from a state
 # ahead of the aggregates.
 
@@ -145,6 +145,13 @@ is( $node->safe_psql(
 		$db, q{SELECT ingested, applied, (SELECT sum(ingested) FROM ls.shard), (SELECT ingested FROM ls.progress)
 FROM exactonce.pipelines WHERE name = 'ls'}), '8000|8000|8000|0',
 	'each shard counted what it drained, and the view adds them up');
+
+# drop_pipeline() without force applies a batch left staged rather than
+# refuse to discard it
+produce();
+ok($node->poll_query_until($db, $left), 'a batch is left staged before a drop');
+is($node->safe_psql($db, "SELECT exactonce.drop_pipeline('ls'); SELECT count(*) FROM exactonce.pipeline WHERE name = 'ls'"),
+	"\n0", 'drop_pipeline() applies it and drops the pipeline');
 
 # 5: a reserve of extremes is not filled from a state ahead of the
 # aggregates.  In pipeline mm (min and max of value, two shards) leaf x has
