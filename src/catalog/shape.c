@@ -141,6 +141,20 @@ ShapeAddEvent(ShapeTable *t, Pipeline *p)
 }
 
 /*
+ * ShapeAddCounters adds the counters that table progress and each row of
+ * table shard keep.
+ */
+static void
+ShapeAddCounters(ShapeTable *t)
+{
+	static char *counters[] = {"ingested", "applied", "duplicates", "stale", "dead_lettered",
+	"batches"};
+
+	ShapeAddNames(t, counters, lengthof(counters), NULL, INT8OID);
+	ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
+}
+
+/*
  * ShapeOf fills in the columns table has in pipeline p; false if exactonce
  * makes no table of that name.
  */
@@ -151,25 +165,21 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 	t->n = 0;
 	if (strcmp(table, "progress") == 0)
 	{
-		static const char *const counters[] = {"rotation", "drain_rotation", "ingested", "applied",
-		"duplicates", "stale", "dead_lettered", "batches"};
+		static char *rotations[] = {"rotation", "drain_rotation"};
 
-		for (int i = 0; i < lengthof(counters); i++)
-			ShapeAdd(t, counters[i], INT8OID);
+		ShapeAddNames(t, rotations, lengthof(rotations), NULL, INT8OID);
 		ShapeAdd(t, "paused", BOOLOID);
-		ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
 		ShapeAdd(t, "watermark", TIMESTAMPTZOID);
+		ShapeAddCounters(t);
 	}
 	else if (strcmp(table, "shard") == 0)
 	{
-		static const char *const positions[] = {"drain_rotation", "drain_position", "taken",
-			"drain_row", "drain_count", "drain_digest", "ingested", "applied", "duplicates",
-		"stale", "dead_lettered", "batches"};
+		static char *positions[] = {"drain_rotation", "drain_position", "taken", "drain_row",
+		"drain_count", "drain_digest"};
 
 		ShapeAdd(t, "shard", INT4OID);
-		for (int i = 0; i < lengthof(positions); i++)
-			ShapeAdd(t, positions[i], INT8OID);
-		ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
+		ShapeAddNames(t, positions, lengthof(positions), NULL, INT8OID);
+		ShapeAddCounters(t);
 	}
 	else if (strcmp(table, "ingest") == 0)
 	{

@@ -62,6 +62,13 @@ PG_FUNCTION_INFO_V1(exactonce_set_shards);
 /* more shards than this only when asked for: each is a reduce per batch */
 #define PIPELINE_DEFAULT_MAX_SHARDS	16
 
+/* the counters of table progress and of each row of table shard */
+#define COUNTER_COLUMNS \
+	" ingested bigint NOT NULL DEFAULT 0, applied bigint NOT NULL DEFAULT 0," \
+	" duplicates bigint NOT NULL DEFAULT 0, stale bigint NOT NULL DEFAULT 0," \
+	" dead_lettered bigint NOT NULL DEFAULT 0, batches bigint NOT NULL DEFAULT 0," \
+	" last_batch_at timestamptz"
+
 #define SHARD_TABLE_COMMENT \
 	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids), the events it took and the counters of what it drained"
 
@@ -576,13 +583,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " rotation bigint NOT NULL DEFAULT 0,"
 					 " drain_rotation bigint NOT NULL DEFAULT 0,"
 					 " paused boolean NOT NULL DEFAULT false,"
-					 " ingested bigint NOT NULL DEFAULT 0,"
-					 " applied bigint NOT NULL DEFAULT 0,"
-					 " duplicates bigint NOT NULL DEFAULT 0,"
-					 " stale bigint NOT NULL DEFAULT 0,"
-					 " dead_lettered bigint NOT NULL DEFAULT 0,"
-					 " batches bigint NOT NULL DEFAULT 0,"
-					 " last_batch_at timestamptz,"
+					 COUNTER_COLUMNS ","
 					 " watermark timestamptz"
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.progress DEFAULT VALUES;\n"
@@ -603,13 +604,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " drain_row bigint,"
 					 " drain_count bigint NOT NULL DEFAULT 0,"
 					 " drain_digest bigint DEFAULT 0,"
-					 " ingested bigint NOT NULL DEFAULT 0,"
-					 " applied bigint NOT NULL DEFAULT 0,"
-					 " duplicates bigint NOT NULL DEFAULT 0,"
-					 " stale bigint NOT NULL DEFAULT 0,"
-					 " dead_lettered bigint NOT NULL DEFAULT 0,"
-					 " batches bigint NOT NULL DEFAULT 0,"
-					 " last_batch_at timestamptz"
+					 COUNTER_COLUMNS
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"
 					 "COMMENT ON TABLE %s.shard IS '%s';\n",

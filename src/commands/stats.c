@@ -179,16 +179,12 @@ ReadProgress(void *arg)
 
 	/* as the pipeline's owner, whose tables these are (CheckOwnership) */
 	PipelineActAsOwner(p);
-	if (SPI_execute(psprintf("SELECT paused, p.ingested + h.ingested, p.applied + h.applied,"
-							 " p.duplicates + h.duplicates, p.stale + h.stale,"
-							 " p.dead_lettered + h.dead_lettered, p.batches + h.batches,"
-							 " (SELECT count(*) FROM %1$s.ledger WHERE applied_at IS NULL),"
-							 " greatest(p.last_batch_at, h.last_batch_at), rotation, p.drain_rotation"
-							 " FROM %1$s.progress p, (SELECT coalesce(sum(ingested), 0)::bigint AS ingested,"
-							 " coalesce(sum(applied), 0)::bigint AS applied, coalesce(sum(duplicates), 0)::bigint AS duplicates,"
-							 " coalesce(sum(stale), 0)::bigint AS stale, coalesce(sum(dead_lettered), 0)::bigint AS dead_lettered,"
-							 " coalesce(sum(batches), 0)::bigint AS batches, max(last_batch_at) AS last_batch_at"
-							 " FROM %1$s.shard) h", s), true, 1) != SPI_OK_SELECT ||
+	if (SPI_execute(psprintf("SELECT paused, c.ingested, c.applied, c.duplicates, c.stale,"
+							 " c.dead_lettered, c.batches,"
+							 " (SELECT count(*) FROM %s.ledger WHERE applied_at IS NULL),"
+							 " c.last_batch_at, rotation, drain_rotation"
+							 " FROM %s.progress, %s c", s, s, ProgressCounters(p)),
+					true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read progress of pipeline \"%s\"", p->name);
 	tup = SPI_tuptable->vals[0];

@@ -350,20 +350,12 @@ BuildVerifyAccumulate(Pipeline *p)
 static char *
 BuildAccounting(Pipeline *p)
 {
-	const char *s = quote_identifier(p->name);
-
-	/* the progress row's counters and the shard rows' (stats.c) */
 	return psprintf("SELECT 'accounting'::pg_catalog.text, NULL::pg_catalog.text,"
 					" pg_catalog.format('ingested %%s = applied %%s + duplicates %%s + stale %%s + dead_lettered %%s',"
 					" ingested, applied, duplicates, stale, dead_lettered),"
 					" ingested OPERATOR(pg_catalog.=) (applied OPERATOR(pg_catalog.+) duplicates"
 					" OPERATOR(pg_catalog.+) stale OPERATOR(pg_catalog.+) dead_lettered)"
-					" FROM (SELECT pg_catalog.sum(ingested) AS ingested, pg_catalog.sum(applied) AS applied,"
-					" pg_catalog.sum(duplicates) AS duplicates, pg_catalog.sum(stale) AS stale,"
-					" pg_catalog.sum(dead_lettered) AS dead_lettered FROM ("
-					" SELECT ingested, applied, duplicates, stale, dead_lettered FROM %s.progress"
-					" UNION ALL SELECT ingested, applied, duplicates, stale, dead_lettered FROM %s.shard) c) t",
-					s, s);
+					" FROM %s c", ProgressCounters(p));
 }
 
 /*
@@ -398,23 +390,6 @@ InFlight(Pipeline *p)
 					true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the ledger of pipeline \"%s\"", p->name);
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * HoldsProgress tells whether this transaction holds the pipeline's progress
- * row.
- */
-static bool
-HoldsProgress(Pipeline *p)
-{
-	bool		isnull;
-	Datum		xmax;
-
-	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return false;
-	xmax = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmax));
 }
 
 /*
@@ -457,7 +432,7 @@ exactonce_verify(PG_FUNCTION_ARGS)
 					drain_rotation;
 		bool		paused;
 
-		if (HoldsProgress(p))
+		if (ProgressHeldByMe(p))
 			ProgressLock(p, &rotation, &drain_rotation, &paused);
 		else
 			ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);

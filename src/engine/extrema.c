@@ -569,6 +569,7 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, int64 ap
 	uint32	   *masks = palloc(sizeof(uint32) * Max(n, 1));
 	bool	   *anew = palloc0(sizeof(bool) * Max(n, 1));
 	bool		any = false;
+	bool		any_filled = false;
 	LeafSet		set;
 
 	if (p->mode == PIPELINE_ACCUMULATE)
@@ -627,17 +628,14 @@ ExtremaApply(Pipeline *p, HTAB *cells, SPITupleTable *rows, bool *gone, int64 ap
 	 * staged now; then the reserves are not kept.
 	 */
 	for (int i = 0; i < set.n; i++)
-		if (set.filled[i])
-		{
-			if (LedgerStagedCount(p, NULL, DT_NOEND) > applying)
-				for (int k = i; k < set.n; k++)
-					if (set.filled[k])
-					{
-						set.nokeep[k] = true;
-						set.reserves[k] = (Datum) 0;
-					}
-			break;
-		}
+		any_filled |= set.filled[i];
+	if (any_filled && LedgerStagedCount(p, NULL, DT_NOEND) > applying)
+		for (int i = 0; i < set.n; i++)
+			if (set.filled[i])
+			{
+				set.nokeep[i] = true;
+				set.reserves[i] = (Datum) 0;
+			}
 
 	/* the leaves first, in one statement */
 	if (set.n > 0)

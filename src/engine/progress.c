@@ -27,9 +27,9 @@
  * follow it (ProgressLockAll takes every row), so they never deadlock; a
  * worker finishing a rotation or applying batches left staged tries the
  * progress row first, without waiting, and takes no shard row if it has
- * it, which cannot deadlock either.  Workers never
- * wait for a row another session holds: they skip a locked shard row and
- * give up the progress row after about a second.
+ * it, which cannot deadlock either.  Workers never wait for a row another
+ * session holds: they skip a locked shard row and give up the progress row
+ * after about a second.
  *
  *-------------------------------------------------------------------------
  */
@@ -48,6 +48,10 @@
 #include "engine/progress.h"
 #include "utils/shmem.h"
 #include "utils/wake.h"
+
+/* the counters a progress row and each shard row keep */
+#define PROGRESS_COUNTER_COLUMNS \
+	"ingested, applied, duplicates, stale, dead_lettered, batches, last_batch_at"
 
 /* the columns of a shard's position, in the order PositionFromRow reads */
 #define SHARD_POSITION_COLUMNS \
@@ -139,6 +143,43 @@ ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *pause
 }
 
 /*
+ * BuildProgressXmax: the transaction that last locked or updated the
+ * progress row.
+ */
+static const char *
+BuildProgressXmax(Pipeline *p)
+{
+	return psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name));
+}
+
+/*
+ * ProgressXmax returns the progress row's xmax (InvalidTransactionId for
+ * none), read in a new snapshot: an older one may show a version since
+ * updated.
+ */
+static TransactionId
+ProgressXmax(Pipeline *p)
+{
+	bool		isnull;
+	Datum		xmax;
+
+	StatementExec(StatementPrepare(p, BuildProgressXmax, 0, NULL), NULL, NULL, 1);
+	xmax = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? InvalidTransactionId : DatumGetTransactionId(xmax);
+}
+
+/*
+ * ProgressHeldByMe tells whether this transaction holds the progress row.
+ */
+bool
+ProgressHeldByMe(Pipeline *p)
+{
+	TransactionId xid = ProgressXmax(p);
+
+	return TransactionIdIsValid(xid) && TransactionIdIsCurrentTransactionId(xid);
+}
+
+/*
  * ProgressHeldByWorker tells whether a drain worker holds the progress row
  * (in a subtransaction, as DrainLockProgress takes it), as far as can be
  * told: false where the holder is anyone else, or gone.
@@ -146,14 +187,7 @@ ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *pause
 bool
 ProgressHeldByWorker(Pipeline *p)
 {
-	TransactionId xid;
-	bool		isnull;
-
-	/* a new snapshot: the step's own may show a version since updated */
-	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return false;
-	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	TransactionId xid = ProgressXmax(p);
 
 	/*
 	 * xmax may be a MultiXactId (several lockers): a number past every xid
@@ -164,7 +198,7 @@ ProgressHeldByWorker(Pipeline *p)
 	 * windowed pipeline's reduce updates the row it locked in a
 	 * subtransaction, so its xmax is a multixact: its workers wait.)
 	 */
-	if (isnull || !TransactionIdIsNormal(xid) ||
+	if (!TransactionIdIsNormal(xid) ||
 		!TransactionIdPrecedes(xid, ReadNextTransactionId()) ||
 		!TransactionIdIsInProgress(xid))
 		return false;
@@ -178,16 +212,11 @@ ProgressHeldByWorker(Pipeline *p)
 static char *
 ProgressHolder(Pipeline *p)
 {
-	TransactionId xid;
+	TransactionId xid = ProgressXmax(p);
 	int			pid;
-	bool		isnull;
 	Datum		arg[1];
 	Oid			argtype[1] = {XIDOID};
 
-	if (SPI_execute(psprintf("SELECT xmax FROM %s.progress", quote_identifier(p->name)),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return pstrdup("another transaction");
-	xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	pid = BackendXidGetPid(xid);
 	if (pid != 0)
 		return psprintf("process %d", pid);
@@ -276,6 +305,27 @@ BuildProgressRotate(Pipeline *p)
 {
 	return psprintf("UPDATE %s.progress SET rotation = rotation + 1",
 					quote_identifier(p->name));
+}
+
+/*
+ * ProgressCounters returns a subquery with the pipeline's counters
+ * (ingested, applied, duplicates, stale, dead_lettered, batches,
+ * last_batch_at): those of its progress row and of its shard rows, added up.
+ */
+char *
+ProgressCounters(Pipeline *p)
+{
+	const char *s = quote_identifier(p->name);
+
+	return psprintf("(SELECT pg_catalog.sum(ingested)::pg_catalog.int8 AS ingested,"
+					" pg_catalog.sum(applied)::pg_catalog.int8 AS applied,"
+					" pg_catalog.sum(duplicates)::pg_catalog.int8 AS duplicates,"
+					" pg_catalog.sum(stale)::pg_catalog.int8 AS stale,"
+					" pg_catalog.sum(dead_lettered)::pg_catalog.int8 AS dead_lettered,"
+					" pg_catalog.sum(batches)::pg_catalog.int8 AS batches,"
+					" pg_catalog.max(last_batch_at) AS last_batch_at FROM ("
+					"SELECT " PROGRESS_COUNTER_COLUMNS " FROM %s.progress UNION ALL"
+					" SELECT " PROGRESS_COUNTER_COLUMNS " FROM %s.shard) c)", s, s);
 }
 
 /*

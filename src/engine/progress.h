@@ -16,12 +16,14 @@ extern void ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
 extern bool ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 							bool *paused);
+extern bool ProgressHeldByMe(Pipeline *p);
 extern bool ProgressHeldByWorker(Pipeline *p);
 extern void ProgressHeld(Pipeline *p) pg_attribute_noreturn();
 extern void ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation,
 						 bool *paused);
 extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 						   int64 drain_rotation);
+extern char *ProgressCounters(Pipeline *p);
 extern void ProgressRotate(Pipeline *p);
 extern bool ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos);
 extern void ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
