@@ -35,7 +35,9 @@
 # SECTIONS picks some ("scale dist"); EXTRA_CONF adds lines to the single
 # cluster's postgresql.conf ('commit_delay = 4000\ncommit_siblings = 0'
 # makes every commit wait 4 ms, as a slow disk's would); ROUNDS=N repeats the defaults and
-# the latency runs and reports medians; M_EVENTS=0 leaves out 1M/s; PERF=1
+# the latency runs and reports medians; M_EVENTS=0 leaves out 1M/s; TIMELINE=1
+# adds when each drain counted its first events, 10%, 90% and all of them,
+# and applied the last (its start, body and end); PERF=1
 # adds a flame graph of the 1- and the 16-shard drain and of 1.5 s of the
 # end-to-end run (every process: the producers' backends and the workers),
 # and the stacks of every process for 1.5 s of the
@@ -158,6 +160,7 @@ drained() {
 				(SELECT count(*) FROM $p.ledger WHERE applied_at IS NULL)")
 			sum=$((sum + ${row% *})) pending=$((pending + ${row#* }))
 		done
+		[ -n "${TIMELINE:-}" ] && echo "$(t) $sum $pending" >>"$W/timeline"
 		[ "$sum" -ge "$n" ] && [ "$pending" = 0 ] && return 0
 		sleep 0.02
 	done
@@ -175,6 +178,23 @@ waits() {
 summary() {
 	grep -v -e '^$' -e '^Extension:Extension$' "$1" | sort | uniq -c | sort -rn | head -8 |
 		awk -v n="$(grep -v -c -e '^$' -e '^Extension:Extension$' "$1")" '{ c = $1; $1 = ""; printf "    %5.1f%%%s\n", 100 * c / n, $0 }'
+	awk '$0 != "" { n++ } $0 == "Extension:Extension" { i++ }
+		END { if (n) printf "    (and %.1f%% of all samples a worker idle on its latch)\n", 100 * i / n }' "$1"
+}
+
+# timeline T0 N: how a drain begun at T0 went, from what drained saw each
+# time it looked: when the first events were counted, when 10% and 90% of N,
+# when all N, and when the last batch was applied; and the rate between 10%
+# and 90%, the drain without its start and its end
+timeline() {
+	awk -v t0="$1" -v n="$2" '
+		{ ms = ($1 - t0) * 1000 }
+		first == "" && $2 > 0 { first = ms }
+		p10 == "" && $2 >= n / 10 { p10 = ms; e10 = $2 }
+		p90 == "" && $2 >= n * 9 / 10 { p90 = ms; e90 = $2 }
+		all == "" && $2 >= n { all = ms }
+		END { printf "  its timeline: first events counted at %d ms, 10%% at %d, 90%% at %d, all at %d, all applied at %d ms; %d events/s from 10%% to 90%%\n",
+			first, p10, p90, all, ms, (e90 - e10) / ((p90 - p10) / 1000) }' "$W/timeline"
 }
 
 # drain NAME SHARDS-ARGUMENT: the workers' drain of the pre-loaded queue;
@@ -186,6 +206,7 @@ drain() {
 	q -c "COPY $p.ingest ($COLS) FROM '$W/events.copy'"
 	q -c CHECKPOINT
 	l0=$(q -c "SELECT pg_current_wal_lsn()")
+	rm -f "$W/timeline"
 	t0=$(t)
 	q -c "SELECT exactonce.resume('$p')" >/dev/null
 	local perf=""
@@ -203,6 +224,7 @@ drain() {
 	diff=$(q -c "$(truth_diff $p.aggregates)")
 	SHARDS_OF=$(q -c "SELECT shards FROM exactonce.pipelines WHERE name = '$p'")
 	echo "  drain $p: $SHARDS_OF shards, $s s, $RATE events/s, WAL $(ci "$wal/$EVENTS") B/event; cells differing: $diff"
+	[ -n "${TIMELINE:-}" ] && timeline "$t0" "$EVENTS"
 	[ "$diff" = 0 ] || result "FAIL: $p differs from the truth"
 	q -c "SELECT exactonce.drop_pipeline('$p', force => true)" >/dev/null
 }
