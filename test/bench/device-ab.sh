@@ -12,7 +12,8 @@
 # script starts (the bundle's, with BUNDLE).  The SQL objects are the installed
 # version's: a library of an older version runs on them as it would on an
 # updated catalog before the restart (docs/upgrading.md says which do).
-# Each run's output goes to $OUT/<library>-<round>/; the last lines are
+# Each run's output goes to $OUT/<n>-<library>-<round>/ (n: its place in
+# LIBS); the last lines are
 # every run's results, grouped by result and library.
 set -u
 O=${OUT:-/tmp/out}
@@ -29,9 +30,11 @@ keep=$(mktemp -d)
 cp "$L/exactonce.so" "$keep/installed.so"
 mkdir -p "$O"
 for r in $(seq "$ROUNDS"); do
+	k=0
 	for lib in $LIBS; do
+		k=$((k + 1))
 		[ "$lib" = installed ] && lib=$keep/installed.so
-		name=$(basename "$lib" .so)
+		name=$k-$(basename "$lib" .so)
 		cp "$lib" "$L/exactonce.so.new" && mv -f "$L/exactonce.so.new" "$L/exactonce.so" || exit 1
 		echo "== $name, round $r"
 		OUT=$O/$name-$r BUNDLE= ROUNDS=1 bash "$(dirname "$0")/device.sh" >/dev/null 2>&1
