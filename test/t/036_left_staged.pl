@@ -7,7 +7,8 @@
 # keys in state and not in the aggregates.  With nothing more inserted it
 # is applied all the same; wait_applied() returns only once it is;
 # verify() in a read-only transaction reports it, and otherwise takes the
-# pipeline and applies it; pause() and drop_pipeline() apply it; the
+# pipeline and applies it, also in a transaction that holds the progress
+# row already; pause() and drop_pipeline() apply it; the
 # counters add up; and a reserve of extremes is not filled from a state
 # ahead of the aggregates.
 
@@ -34,12 +35,29 @@ DECLARE
 	s float8;
 BEGIN
 	DELETE FROM public.hold RETURNING secs INTO s;
-	IF s IS NOT NULL THEN
+	IF s = 'Infinity' THEN
+		WHILE NOT EXISTS (SELECT FROM public.gate) LOOP
+			PERFORM pg_sleep(0.02);
+		END LOOP;
+		DELETE FROM public.gate;
+	ELSIF s IS NOT NULL THEN
 		PERFORM pg_sleep(s);
 	END IF;
 	RETURN NULL;
 END $$;
 CREATE TRIGGER slow AFTER INSERT ON ls.aggregates FOR EACH STATEMENT EXECUTE FUNCTION slow();
+-- a hold of 'Infinity' lasts until a row is put in gate
+CREATE TABLE gate (opened boolean);
+-- while fail has a row, every reduce that upserts the aggregates fails
+CREATE TABLE fail (failing boolean);
+CREATE FUNCTION failing() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF EXISTS (SELECT FROM public.fail) THEN
+		RAISE EXCEPTION 'reduce failing on purpose';
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER failing AFTER INSERT ON ls.aggregates FOR EACH STATEMENT EXECUTE FUNCTION failing();
 -- which transaction staged each batch, and which applied it
 CREATE TABLE staged_by (token bytea, xid xid8);
 CREATE TABLE applied_by (token bytea, xid xid8);
@@ -58,13 +76,15 @@ CREATE TRIGGER record AFTER INSERT OR UPDATE ON ls.ledger FOR EACH ROW EXECUTE F
 my $version = 0;
 
 # produce(): one transaction of 2,000 events over both shards' keys, every
-# key a new version, after making the next reduce sleep 3 s
+# key a new version, after making the next reduce sleep 3 s (or as long as
+# the hold given)
 sub produce
 {
+	my $hold = shift // '3';
 	$version++;
 	$node->safe_psql(
 		$db, qq{
-INSERT INTO hold VALUES (3);
+INSERT INTO hold VALUES ($hold);
 BEGIN;
 INSERT INTO produced SELECT 'k' || i, $version, (i * $version) % 97, 'a' || ((i + $version) % 5)
 FROM generate_series(1, 2000) i;
@@ -130,6 +150,30 @@ is($node->safe_psql($db, "SELECT count(*) FROM exactonce.verify('ls') WHERE NOT 
 	'0', 'verify() otherwise takes the pipeline, applies it, and finds all well');
 is(mismatches(), '0', 'aggregates equal the oracle');
 
+# 3b: verify() in a transaction that holds the progress row already (a
+# caller of the stages, here release()) applies the batch left staged
+# under the lock it has, taking no shard row after it.  The holder's
+# reduce waits at the gate until the batch is left; from then on every
+# reduce fails, so the batch stays left until the caller applies it.
+produce(q{'Infinity'});
+ok($node->poll_query_until($db, $left), 'a batch is left staged while the holder waits at the gate');
+$node->safe_psql($db, 'INSERT INTO fail VALUES (true); INSERT INTO gate VALUES (true)');
+ok( $node->poll_query_until(
+		$db, q{SELECT NOT EXISTS (SELECT FROM gate)
+	AND (SELECT last_error LIKE '%reduce failing on purpose%' FROM exactonce.pipelines WHERE name = 'ls')
+	AND EXISTS (SELECT FROM ls.ledger WHERE applied_at IS NULL AND source = 'queue')}),
+	'the holder committed, and the reduce of the batch left fails');
+is( $node->safe_psql(
+		$db, qq{
+BEGIN;
+SELECT exactonce.release('ls', 'elsewhere', 0);
+DELETE FROM fail;
+SELECT count(*) FROM exactonce.verify('ls') WHERE NOT ok;
+SELECT (SELECT count(*) FROM ls.ledger WHERE applied_at IS NULL), ($mismatch_sql);
+COMMIT;
+}), "0\n0\n0|0", 'verify() in a transaction holding the progress row applies it and finds all well');
+is(mismatches(), '0', 'aggregates equal the oracle once it commits');
+
 # 4: pause() applies the batch before it pauses
 produce();
 ok($node->poll_query_until($db, $left), 'a batch is left staged once more');
@@ -143,7 +187,7 @@ $node->safe_psql($db, "SELECT exactonce.resume('ls')");
 # the counters: every event once, in the shard rows
 is( $node->safe_psql(
 		$db, q{SELECT ingested, applied, (SELECT sum(ingested) FROM ls.shard), (SELECT ingested FROM ls.progress)
-FROM exactonce.pipelines WHERE name = 'ls'}), '8000|8000|8000|0',
+FROM exactonce.pipelines WHERE name = 'ls'}), '10000|10000|10000|0',
 	'each shard counted what it drained, and the view adds them up');
 
 # drop_pipeline() without force applies a batch left staged rather than
