@@ -143,7 +143,34 @@ CREATE INDEX q_ingest_key ON q.ingest (key);
 CREATE TABLE q_seen (n int);
 CREATE FUNCTION q_count() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO q_seen VALUES (1); RETURN NEW; END $$;
 CREATE TRIGGER q_count BEFORE INSERT ON q.ingest FOR EACH ROW EXECUTE FUNCTION q_count();
+-- what is made on the queue's own tables: their triggers and the
+-- privileges their owner granted come back on the new tables of the same
+-- names, anything else is refused rather than dropped
+CREATE FUNCTION q_truncated() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER q_truncated AFTER TRUNCATE ON q.ingest_0 FOR EACH STATEMENT EXECUTE FUNCTION q_truncated();
+CREATE ROLE regress_q_monitor;
+GRANT SELECT ON q.ingest_1 TO regress_q_monitor WITH GRANT OPTION;
+CREATE INDEX q_own ON q.ingest_1 (version);
 SELECT exactonce.set_shards('q', 3);
+DROP INDEX q.q_own;
+ALTER TABLE q.ingest_0 ADD CONSTRAINT q_own CHECK (version >= 0);
+SELECT exactonce.set_shards('q', 3);
+ALTER TABLE q.ingest_0 DROP CONSTRAINT q_own;
+CREATE ROLE regress_q_other;
+GRANT USAGE ON SCHEMA q TO regress_q_monitor;
+SET ROLE regress_q_monitor;
+GRANT SELECT ON q.ingest_1 TO regress_q_other;
+RESET ROLE;
+SELECT exactonce.set_shards('q', 3);
+SET ROLE regress_q_monitor;
+REVOKE SELECT ON q.ingest_1 FROM regress_q_other;
+RESET ROLE;
+REVOKE USAGE ON SCHEMA q FROM regress_q_monitor;
+DROP ROLE regress_q_other;
+SELECT exactonce.set_shards('q', 3);
+SELECT tgrelid::regclass, tgname FROM pg_trigger WHERE tgname = 'q_truncated';
+SELECT has_table_privilege('regress_q_monitor', 'q.ingest_1', 'SELECT WITH GRANT OPTION') AS kept,
+	   has_table_privilege('regress_q_monitor', 'q.ingest_0', 'SELECT') AS not_given;
 SELECT count(*) FILTER (WHERE i.indexrelid IS NOT NULL) AS indexed, count(*) FILTER (WHERE t.oid IS NOT NULL) AS triggered
 FROM pg_partition_tree('q.ingest') p
 	LEFT JOIN pg_index i ON i.indrelid = p.relid
@@ -168,7 +195,17 @@ FROM pg_partition_tree('q.ingest') t JOIN pg_class c ON c.oid = t.relid ORDER BY
 SELECT tableoid::regclass AS leaf, count(*) AS rows,
 	   bool_and((exactonce.key_shard_hash(key)::bigint & 4294967295) % 3 = right(tableoid::regclass::text, 1)::int) AS its_shard_only
 FROM q.ingest GROUP BY 1 ORDER BY tableoid::regclass::text;
+-- a trigger on a table set_shards() does not make anew is refused
+CREATE TRIGGER q_truncated AFTER TRUNCATE ON q.ingest_1_2 FOR EACH STATEMENT EXECUTE FUNCTION q_truncated();
 SELECT exactonce.set_shards('q', 1);
+DROP TRIGGER q_truncated ON q.ingest_1_2;
+SELECT exactonce.set_shards('q', 1);
+SELECT tgrelid::regclass, tgname FROM pg_trigger WHERE tgname = 'q_truncated';
+SELECT has_table_privilege('regress_q_monitor', 'q.ingest_1', 'SELECT') AS kept;
+DROP TRIGGER q_truncated ON q.ingest_0;
+DROP FUNCTION q_truncated();
+REVOKE SELECT ON q.ingest_1 FROM regress_q_monitor CASCADE;
+DROP ROLE regress_q_monitor;
 SELECT count(*) AS shards, sum(taken) = (SELECT ingested FROM exactonce.pipelines WHERE name = 'q') AS every_event_counted FROM q.shard;
 SELECT sum(value) = 300 * 5 AS exact FROM q.state WHERE key IN (SELECT 'k' || i FROM generate_series(1, 300) i);
 -- one shard has plain partitions

@@ -1,0 +1,10 @@
+/*
+ * exactonce 1.21 -> 1.22: the library only.
+ *
+ * Nothing in the catalog changes.  set_shards() keeps the triggers of the
+ * queue's tables and the privileges their owner granted on them when it
+ * makes the tables anew, and refuses, naming it, anything else made on
+ * them, where it dropped all of it.
+ */
+
+\echo Use "ALTER EXTENSION exactonce UPDATE TO '1.22'" to load this file. \quit
