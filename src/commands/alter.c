@@ -36,6 +36,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -49,6 +50,7 @@
 #include "utils/snapmgr.h"
 
 #include "catalog/pipeline.h"
+#include "catalog/remake.h"
 #include "catalog/statement.h"
 #include "commands/query.h"
 #include "distributed/coordinator.h"
@@ -454,6 +456,8 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 	int			nestlevel;
 	int64		dummy;
 	bool		paused;
+	Oid			view;
+	RemakeKept *kept;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -540,6 +544,9 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 		PipelineRegistryExec("UPDATE exactonce.pipeline SET min_max = $2, grouping_sets = $3, query = $4"
 							 " WHERE id OPERATOR(pg_catalog.=) $1", 4, types, values, 1);
 	}
+	/* the view is made anew: what was made on it is kept, or refused */
+	view = get_relname_relid("result", get_namespace_oid(p->name, false));
+	kept = OidIsValid(view) ? RemakeKeep(view, "alter_pipeline_as()") : NULL;
 	if (SPI_execute(psprintf("DROP VIEW IF EXISTS %s.result", quote_identifier(p->name)), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not drop the result view of pipeline \"%s\"", p->name);
 	if (p->mode == PIPELINE_LATEST)
@@ -554,6 +561,8 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 	}
 	if (SPI_execute(QueryResultView(plan, p->name, query), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the result view of pipeline \"%s\"", p->name);
+	if (kept != NULL)
+		RemakeRestore(kept, get_namespace_oid(p->name, false), "alter_pipeline_as()");
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

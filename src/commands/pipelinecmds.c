@@ -43,6 +43,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog/pipeline.h"
+#include "catalog/remake.h"
 #include "catalog/shape.h"
 #include "catalog/statement.h"
 #include "distributed/coordinator.h"
@@ -1114,106 +1115,30 @@ exactonce_resume(PG_FUNCTION_ARGS)
 }
 
 /*
- * SetShardsKept readies set_shards() to make the queue's tables anew
- * (ingest_0, ingest_1 and their tables per shard) without dropping what
- * was made on them rather than on the queue: it returns, as a list of
- * (table name, statement) pairs, the triggers and privileges to give the
- * new tables of the same names, and refuses, as DROP TABLE would without
- * CASCADE, anything else (an index, a constraint, a policy, a rule, a
- * publication, statistics), and a privilege granted by a role other than
- * the owner, which the owner cannot grant again in its name.  What the
- * queue has, its tables get anew on their own, and is left out: triggers
- * and indexes cloned from the queue's, inherited constraints, defaults.
+ * SetShardsKeep keeps what was made on each of the queue's tables, which
+ * set_shards() makes anew (RemakeKeep).
  */
 static List *
-SetShardsKept(const char *s)
+SetShardsKeep(const char *s)
 {
-	char	   *tree = psprintf("SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)"
-								" UNION ALL SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)",
-								quote_literal_cstr(psprintf("%s.ingest_0", s)),
-								quote_literal_cstr(psprintf("%s.ingest_1", s)));
 	List	   *kept = NIL;
-	bool		isnull;
 
-	if (SPI_execute(psprintf("SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)"
-							 " FROM pg_catalog.pg_depend d"
-							 " WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass"
-							 " AND d.refobjid IN (%1$s) AND d.deptype IN ('n', 'a')"
-							 " AND d.classid NOT IN ('pg_catalog.pg_attrdef'::pg_catalog.regclass,"
-							 " 'pg_catalog.pg_trigger'::pg_catalog.regclass)"
-							 " AND NOT (d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass"
-							 " AND (d.objid IN (%1$s) OR EXISTS (SELECT FROM pg_catalog.pg_inherits i"
-							 " WHERE i.inhrelid = d.objid)))"
-							 " AND NOT (d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass"
-							 " AND EXISTS (SELECT FROM pg_catalog.pg_constraint k WHERE k.oid = d.objid AND NOT k.conislocal))"
-							 " UNION ALL"
-							 " SELECT pg_catalog.format('a privilege on table %%s granted by role %%s',"
-							 " c.oid::pg_catalog.regclass, a.grantor::pg_catalog.regrole)"
-							 " FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a"
-							 " WHERE c.oid IN (%1$s) AND a.grantor <> c.relowner"
-							 " LIMIT 1", tree), true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read what depends on the queue's tables");
-	if (SPI_processed > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("set_shards() would drop %s",
-						TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))),
-				 errdetail("set_shards() makes the tables of the queue, %s.ingest, anew; it keeps their triggers and the privileges their owner granted on them.", s),
-				 errhint("Drop it first; what is made on the queue itself, its tables get anew.")));
-
-	if (SPI_execute(psprintf("SELECT c.relname::pg_catalog.text, pg_catalog.pg_get_triggerdef(t.oid)"
-							 " FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid"
-							 " WHERE t.tgrelid IN (%1$s) AND NOT t.tgisinternal AND t.tgparentid = 0"
-							 " UNION ALL"
-							 " SELECT c.relname::pg_catalog.text, pg_catalog.format('GRANT %%s ON %%s TO %%s%%s',"
-							 " a.privilege_type, c.oid::pg_catalog.regclass,"
-							 " CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,"
-							 " CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)"
-							 " FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a"
-							 " WHERE c.oid IN (%1$s) AND a.grantee <> c.relowner", tree), true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the triggers and privileges of the queue's tables");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	if (SPI_execute(psprintf("SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)"
+							 " UNION ALL SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)",
+							 quote_literal_cstr(psprintf("%s.ingest_0", s)),
+							 quote_literal_cstr(psprintf("%s.ingest_1", s))), true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the tables of the queue");
 	{
-		HeapTuple	row = SPI_tuptable->vals[i];
+		uint64		n = SPI_processed;
+		Oid		   *relids = palloc(sizeof(Oid) * Max(n, 1));
+		bool		isnull;
 
-		kept = lappend(kept, TextDatumGetCString(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull)));
-		kept = lappend(kept, TextDatumGetCString(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull)));
+		for (uint64 i = 0; i < n; i++)
+			relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		for (uint64 i = 0; i < n; i++)
+			kept = lappend(kept, RemakeKeep(relids[i], "set_shards()"));
 	}
 	return kept;
-}
-
-/*
- * SetShardsRestore gives the queue's new tables what SetShardsKept kept
- * of the old ones of the same names.  A privilege on a table that is not
- * made anew (a table per shard, where there are fewer shards now) goes with
- * its table; a trigger there would not fire again: that is an error.
- */
-static void
-SetShardsRestore(Pipeline *p, List *kept)
-{
-	Oid			nspid = get_namespace_oid(p->name, false);
-	const char *s = quote_identifier(p->name);
-
-	for (int i = 0; i + 1 < list_length(kept); i += 2)
-	{
-		char	   *table = list_nth(kept, i);
-		char	   *statement = list_nth(kept, i + 1);
-		bool		grant = strncmp(statement, "GRANT ", 6) == 0;
-
-		if (!OidIsValid(get_relname_relid(table, nspid)))
-		{
-			if (grant)
-				continue;
-			ereport(ERROR,
-					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-					 errmsg("set_shards() would drop a trigger on table %s.%s, which it does not make anew",
-							s, quote_identifier(table)),
-					 errdetail("The trigger: %s", statement),
-					 errhint("Drop the trigger first, or make it on the queue, %s.ingest, whose tables all get it.", s)));
-		}
-		if (SPI_execute(statement, false, 0) < 0)
-			elog(ERROR, "could not give the new table %s.%s its trigger or privilege", s, table);
-	}
 }
 
 /*
@@ -1234,6 +1159,7 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	Oid			types[2] = {INT4OID, INT4OID};
 	Datum		values[2];
 	List	   *kept;
+	ListCell   *lc;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -1284,11 +1210,12 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	 * (a queue made before 1.19 is laid out by shard from here on), with the
 	 * triggers and privileges of the tables they replace.
 	 */
-	kept = SetShardsKept(s);
+	kept = SetShardsKeep(s);
 	if (SPI_execute(psprintf("DROP TABLE %s.ingest_0, %s.ingest_1;\n%s", s, s,
 							 PartitionsDDL(s, nshards)), false, 0) < 0)
 		elog(ERROR, "could not make the queue partitions of pipeline \"%s\" anew", p->name);
-	SetShardsRestore(p, kept);
+	foreach(lc, kept)
+		RemakeRestore(lfirst(lc), get_namespace_oid(p->name, false), "set_shards()");
 
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
