@@ -767,7 +767,7 @@ TryStep(WorkerUnit *u, SealState **seal, bool trim, DrainResult *r, MemoryContex
  * did work, and sets *sealing if a shard waits for inserters.
  */
 static bool
-WorkerRound(MemoryContext round_cxt, bool *sealing)
+WorkerRound(MemoryContext round_cxt, bool *sealing, int *wait_ms)
 {
 	static uint64 round = 0;
 	List	   *units = ServedPipelines();
@@ -811,6 +811,8 @@ WorkerRound(MemoryContext round_cxt, bool *sealing)
 		RecordStep(b, st, &r, err);
 		worked |= r.worked;
 		*sealing |= r.sealing;
+		if (r.wait_ms > 0 && (*wait_ms == 0 || r.wait_ms < *wait_ms))
+			*wait_ms = r.wait_ms;
 	}
 	SetState(WORKER_IDLE, 0);
 	ForgetBackoffs(round);
@@ -873,6 +875,7 @@ exactonce_drain_main(Datum arg)
 	{
 		bool		worked;
 		bool		sealing;
+		int			wait_ms = 0;
 		uint64		wakes;
 
 		ResetLatch(MyLatch);
@@ -886,14 +889,16 @@ exactonce_drain_main(Datum arg)
 
 		MemoryContextSwitchTo(round_cxt);
 		sealing = false;
-		worked = WorkerRound(round_cxt, &sealing);
+		worked = WorkerRound(round_cxt, &sealing, &wait_ms);
 		MemoryContextReset(round_cxt);
 
 		/*
 		 * Sleep unless there was work or a wake-up came during the round
 		 * (whose latch a lock wait may have spent).  An inserting
 		 * transaction's commit sets no latch: poll for it while sealing, at
-		 * growing intervals, so that one left open costs nothing.
+		 * growing intervals, so that one left open costs nothing.  A queue
+		 * held back by exactonce.batch_delay is looked at again when it may
+		 * rotate.
 		 */
 		if (worked)
 		{
@@ -910,7 +915,8 @@ exactonce_drain_main(Datum arg)
 			kept = false;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 sealing ? seal_poll_ms : exactonce_naptime,
+							 Min(sealing ? seal_poll_ms : exactonce_naptime,
+								 wait_ms > 0 ? wait_ms : INT_MAX),
 							 PG_WAIT_EXTENSION);
 			seal_poll_ms = sealing ? Min(seal_poll_ms * 2, exactonce_naptime) :
 				EXACTONCE_SEAL_POLL_MS;

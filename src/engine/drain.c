@@ -41,6 +41,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "catalog/pipeline.h"
 #include "catalog/statement.h"
@@ -56,8 +57,9 @@
 #include "utils/fault.h"
 #include "utils/subxact.h"
 
-/* exactonce.batch_size and exactonce.batch_memory (kB) */
+/* exactonce.batch_size, exactonce.batch_memory (kB), exactonce.batch_delay (ms) */
 static int	exactonce_batch_size = 100000;
+static int	exactonce_batch_delay = 0;
 static int	exactonce_batch_memory = 65536;
 
 /* the first limit of a shard, and the smallest that memory may force */
@@ -83,8 +85,18 @@ static MemoryContext batch_cxt = NULL;
 /* the counts of a step that moves the queue on without taking events */
 static const StageCounts no_counts = {0};
 
+/* When this worker first saw each pipeline's queue at its rotation. */
+typedef struct RotationSeen
+{
+	int32		pipeline_id;	/* hash key */
+	int64		rotation;
+	TimestampTz at;
+}			RotationSeen;
+
+static HTAB *rotations_seen = NULL;
+
 /*
- * DrainInit registers exactonce.batch_size.
+ * DrainInit registers exactonce.batch_size, batch_delay and batch_memory.
  */
 void
 DrainInit(void)
@@ -96,6 +108,14 @@ DrainInit(void)
 							100000, 1, 1000000,
 							PGC_USERSET,
 							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("exactonce.batch_delay",
+							"How long the workers let a queue gather events before they take them.",
+							"The workers rotate a pipeline's queue at most once in this time: larger batches cost less per event, at up to this much latency. 0 takes events as they come.",
+							&exactonce_batch_delay,
+							0, 0, 60000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("exactonce.batch_memory",
 							"Memory a batch may use before the next batch of its shard is made smaller.",
@@ -551,6 +571,57 @@ DrainEvents(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *coun
 }
 
 /*
+ * RotationSeen finds when this process first saw the queue of p at rotation,
+ * noting now if it had not: each step notes the rotation it reads, and the
+ * rotation wakes every worker as it commits.  A pipeline first seen counts
+ * as seen long ago, so that its queue may rotate at once.  The table is a
+ * hint: emptied once it holds many pipelines, it costs a delay run once
+ * more.
+ */
+static TimestampTz
+RotationSeenAt(Pipeline *p, int64 rotation)
+{
+	RotationSeen *seen;
+	bool		found;
+
+	if (rotations_seen != NULL && hash_get_num_entries(rotations_seen) > 1024)
+	{
+		hash_destroy(rotations_seen);
+		rotations_seen = NULL;
+	}
+	if (rotations_seen == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int32);
+		ctl.entrysize = sizeof(RotationSeen);
+		rotations_seen = hash_create("exactonce rotations seen", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	seen = hash_search(rotations_seen, &p->id, HASH_ENTER, &found);
+	if (!found || seen->rotation != rotation)
+	{
+		seen->rotation = rotation;
+		seen->at = found ? GetCurrentTimestamp() : 0;
+	}
+	return seen->at;
+}
+
+/*
+ * RotationWait returns how many milliseconds are left before the queue of p,
+ * at rotation, may rotate again (exactonce.batch_delay), or 0: a queue that
+ * sat idle past the delay rotates at once, so the first events after a
+ * pause wait for nothing.
+ */
+static int
+RotationWait(Pipeline *p, int64 rotation)
+{
+	if (exactonce_batch_delay == 0)
+		return 0;
+	return (int) Max(exactonce_batch_delay -
+					 TimestampDifferenceMilliseconds(RotationSeenAt(p, rotation), GetCurrentTimestamp()), 0);
+}
+
+/*
  * FinishRotation is the step of a shard that has drained every sealed
  * partition: once all shards have, it truncates the oldest partition, and
  * when the partition taking inserts has rows, it rotates the queue so that
@@ -586,7 +657,8 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		FaultMaybeFail(FAULT_RETIRE);
 		r.worked = true;
 	}
-	if (QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), false))
+	if (QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), false) &&
+		(r.wait_ms = RotationWait(p, rotation)) == 0)
 	{
 		ProgressRotate(p);
 		r.worked = r.rotated = true;
@@ -623,7 +695,8 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 	else if (drain_rotation < rotation)
 		idle = !all;
 	else
-		idle = !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true);
+		idle = !QueueHasRows(p, (int) (rotation % EXACTONCE_PARTITIONS), true) ||
+			(r->wait_ms = RotationWait(p, rotation)) > 0;
 	if (idle && staged)
 	{
 		*finishing = true;
@@ -715,6 +788,8 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
+	if (exactonce_batch_delay > 0)
+		(void) RotationSeenAt(p, rotation);
 
 	/*
 	 * Nor does a shard with nothing to do yet: a row lock would give the step

@@ -20,6 +20,8 @@ typedef struct DrainResult
 	bool		sealing;		/* waits for inserters to end: look again soon */
 	bool		exhausted;		/* the partition had no more rows */
 	bool		rotated;		/* sent inserts to the other partition */
+	int			wait_ms;		/* the queue may rotate in this long, not
+								 * before (exactonce.batch_delay) */
 } DrainResult;
 
 extern void DrainInit(void);
