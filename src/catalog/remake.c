@@ -10,12 +10,13 @@
  * each retirement, a grant to the readers of the view, an index.  None of
  * it is dropped without a word.  The triggers and the privileges the owner
  * granted are kept (RemakeKeep) and made again on the relation of the same
- * name once it exists (RemakeRestore); anything else, and a privilege that
- * another role granted (the owner cannot grant it again in that role's
- * name), and a privilege on a column, makes the command fail, naming it,
- * as a DROP without CASCADE would.  What a relation gets anew on its own -- a partition's clones of
- * its parent's triggers and indexes, inherited constraints, defaults, its
- * own partitions -- is left out.
+ * name once it exists (RemakeRestore); anything else, a privilege on a
+ * column, and a privilege that another role granted (the owner cannot
+ * grant it again in that role's name) make the command fail, naming it, as
+ * a DROP without CASCADE would.  What a relation gets anew on its own -- a
+ * partition's clones of its parent's triggers and indexes, inherited
+ * constraints, defaults, its own partitions, a view's query -- is left
+ * out.
  *
  * The statements are made from the catalogs (pg_get_triggerdef, quoted
  * names) under the pinned search_path and run as the pipeline's owner, who
@@ -116,7 +117,7 @@ RemakeKeep(Oid relid, const char *command)
  * that is an error.
  */
 void
-RemakeRestore(RemakeKept * kept, Oid nspid, const char *command)
+RemakeRestore(RemakeKept *kept, Oid nspid, const char *command)
 {
 	ListCell   *lc;
 
@@ -133,9 +134,13 @@ RemakeRestore(RemakeKept * kept, Oid nspid, const char *command)
 		return;
 	}
 	foreach(lc, kept->triggers)
+	{
 		if (SPI_execute(lfirst(lc), false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not make the trigger of %s again", kept->relname);
+			elog(ERROR, "could not make the trigger of %s again", kept->relname);
+	}
 	foreach(lc, kept->grants)
+	{
 		if (SPI_execute(lfirst(lc), false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not grant the privileges on %s again", kept->relname);
+			elog(ERROR, "could not grant the privileges on %s again", kept->relname);
+	}
 }

@@ -16,9 +16,9 @@ typedef struct RemakeKept
 	char	   *relname;
 	List	   *triggers;		/* CREATE TRIGGER statements */
 	List	   *grants;			/* GRANT statements */
-}			RemakeKept;
+} RemakeKept;
 
-extern RemakeKept * RemakeKeep(Oid relid, const char *command);
-extern void RemakeRestore(RemakeKept * kept, Oid nspid, const char *command);
+extern RemakeKept *RemakeKeep(Oid relid, const char *command);
+extern void RemakeRestore(RemakeKept *kept, Oid nspid, const char *command);
 
 #endif							/* EXACTONCE_REMAKE_H */

@@ -91,7 +91,7 @@ typedef struct RotationSeen
 	int32		pipeline_id;	/* hash key */
 	int64		rotation;
 	TimestampTz at;
-}			RotationSeen;
+} RotationSeen;
 
 static HTAB *rotations_seen = NULL;
 
