@@ -571,9 +571,9 @@ DrainEvents(Pipeline *p, Event *events, int n, int64 rotation, StageCounts *coun
 }
 
 /*
- * RotationSeen finds when this process first saw the queue of p at rotation,
- * noting now if it had not: each step notes the rotation it reads, and the
- * rotation wakes every worker as it commits.  A pipeline first seen counts
+ * RotationSeenAt returns when this process first saw the queue of p at
+ * rotation, noting now if it had not: each step notes the rotation it
+ * reads, and the rotation wakes every worker as it commits.  A pipeline first seen counts
  * as seen long ago, so that its queue may rotate at once.  The table is a
  * hint: emptied once it holds many pipelines, it costs a delay run once
  * more.
