@@ -532,6 +532,9 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 			minmax_names[nminmax++] = pstrdup(PipelineExtremumName(p, slot));
 
 	PipelineActAsOwner(p);
+	/* the view is made anew: what was made on it is kept, or refused first */
+	view = get_relname_relid("result", get_namespace_oid(p->name, false));
+	kept = OidIsValid(view) ? RemakeKeep(view, "alter_pipeline_as()") : NULL;
 	/* the workers wait from here to commit; inserts go on */
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	if (added != NULL)
@@ -544,9 +547,6 @@ exactonce_alter_pipeline_as(PG_FUNCTION_ARGS)
 		PipelineRegistryExec("UPDATE exactonce.pipeline SET min_max = $2, grouping_sets = $3, query = $4"
 							 " WHERE id OPERATOR(pg_catalog.=) $1", 4, types, values, 1);
 	}
-	/* the view is made anew: what was made on it is kept, or refused */
-	view = get_relname_relid("result", get_namespace_oid(p->name, false));
-	kept = OidIsValid(view) ? RemakeKeep(view, "alter_pipeline_as()") : NULL;
 	if (SPI_execute(psprintf("DROP VIEW IF EXISTS %s.result", quote_identifier(p->name)), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not drop the result view of pipeline \"%s\"", p->name);
 	if (p->mode == PIPELINE_LATEST)

@@ -1121,23 +1121,22 @@ exactonce_resume(PG_FUNCTION_ARGS)
 static List *
 SetShardsKeep(const char *s)
 {
+	List	   *relids = NIL;
 	List	   *kept = NIL;
+	ListCell   *lc;
+	bool		isnull;
 
 	if (SPI_execute(psprintf("SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)"
 							 " UNION ALL SELECT relid FROM pg_catalog.pg_partition_tree(%s::pg_catalog.regclass)",
 							 quote_literal_cstr(psprintf("%s.ingest_0", s)),
 							 quote_literal_cstr(psprintf("%s.ingest_1", s))), true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the tables of the queue");
-	{
-		uint64		n = SPI_processed;
-		Oid		   *relids = palloc(sizeof(Oid) * Max(n, 1));
-		bool		isnull;
-
-		for (uint64 i = 0; i < n; i++)
-			relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		for (uint64 i = 0; i < n; i++)
-			kept = lappend(kept, RemakeKeep(relids[i], "set_shards()"));
-	}
+	/* RemakeKeep runs queries of its own */
+	for (uint64 i = 0; i < SPI_processed; i++)
+		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+																	SPI_tuptable->tupdesc, 1, &isnull)));
+	foreach(lc, relids)
+		kept = lappend(kept, RemakeKeep(lfirst_oid(lc), "set_shards()"));
 	return kept;
 }
 
@@ -1171,13 +1170,15 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoad(text_to_cstring(PG_GETARG_TEXT_PP(0)), true);
 	PipelineActAsOwner(p);
+	s = quote_identifier(p->name);
+	/* what the queue's tables carry is kept, or refused before the drain */
+	kept = SetShardsKeep(s);
 	drained = DrainPipeline(p);
 
 	/*
 	 * shards that go pass on their counts to shard 0; new ones start where
 	 * the others are, at the rotation taking inserts
 	 */
-	s = quote_identifier(p->name);
 	values[0] = Int32GetDatum(nshards);
 	values[1] = Int32GetDatum(p->nshards);
 	if (SPI_execute_with_args(psprintf("UPDATE %1$s.shard z SET taken = z.taken + g.taken,"
@@ -1210,7 +1211,6 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	 * (a queue made before 1.19 is laid out by shard from here on), with the
 	 * triggers and privileges of the tables they replace.
 	 */
-	kept = SetShardsKeep(s);
 	if (SPI_execute(psprintf("DROP TABLE %s.ingest_0, %s.ingest_1;\n%s", s, s,
 							 PartitionsDDL(s, nshards)), false, 0) < 0)
 		elog(ERROR, "could not make the queue partitions of pipeline \"%s\" anew", p->name);

@@ -1,11 +1,11 @@
 # exactonce.batch_delay: the workers rotate a pipeline's queue at most once
 # in that time, so the events of many small transactions are drained in a
-# few large batches.  With a delay of 3 s, ten producer transactions in
-# about half a second take at most two rotations (the first at once, the
-# queue having sat idle, the next once the delay has run), where each would
-# otherwise have had its own; every event counts once all the same; flush()
-# does not wait for the delay; and with the delay set back to 0 an insert
-# is drained as it comes.
+# few large batches.  A queue that sat idle rotates at once: with a delay
+# of a minute, the first transaction is drained well within it.  With a
+# delay of 3 s, ten producer transactions in about half a second take at
+# most two rotations, where each would otherwise have had its own; every
+# event counts once all the same; flush() does not wait for the delay; and
+# with the delay set back to 0 an insert is drained as it comes.
 
 use strict;
 use warnings;
@@ -17,13 +17,25 @@ use Time::HiRes qw(usleep time);
 use ExactonceTest;
 
 my $db = 'postgres';
-my $node = eo_node('batch_delay', conf => "exactonce.batch_delay = '3s'\n");
+my $node = eo_node('batch_delay', conf => "exactonce.batch_delay = '1min'\n");
 eo_setup($node, $db);
-is($node->safe_psql($db, 'SHOW exactonce.batch_delay'), '3s', 'the delay is set');
+is($node->safe_psql($db, 'SHOW exactonce.batch_delay'), '1min', 'the delay is set');
 
-# a first transaction, drained at once: the queue sat idle
+# a first transaction, drained at once, not after the delay: the queue sat
+# idle
 eo_produce($node, $db, 1, 200);
-ok(eo_wait_drained($node, $db, 'trades'), 'the first events are drained');
+my $drained = 0;
+for (1 .. 300)
+{
+	last if ($drained = $node->safe_psql($db, eo_drained_sql('trades')) eq 't');
+	usleep(100_000);
+}
+ok($drained, 'the first events are drained within half the delay');
+
+# a delay of 3 s from here on; it runs from the rotation just made
+$node->safe_psql($db, q{ALTER SYSTEM SET exactonce.batch_delay = '3s'; SELECT pg_reload_conf()});
+ok($node->poll_query_until($db, q{SELECT current_setting('exactonce.batch_delay') = '3s'}),
+	'the delay is 3 s');
 my $r0 = $node->safe_psql($db, 'SELECT rotation FROM trades.progress');
 
 # ten transactions, about 50 ms apart
