@@ -25,7 +25,11 @@ SELECT exactonce.prune('trades', 0);
 });
 eo_produce($node, $db, 1, 5000);
 ok(eo_wait_drained($node, $db), 'a first load drained');
+# the consumer's position: the seq of the 50th change it read (the workers
+# may have folded the feed before, leaving gaps in seq)
 $node->safe_psql($db, "SELECT count(*) FROM exactonce.feed_read('trades', 'mirror', 50)");
+my $position = $node->safe_psql($db,
+	"SELECT position FROM exactonce.feed_consumers WHERE consumer = 'mirror'");
 ok(eo_half_drain($node, $db, 5001, 35000), 'half way through a partition');
 my $part = eo_queue_partition($node, $db);
 
@@ -57,9 +61,11 @@ sub check_restored
 	$target->safe_psql($tdb, "SELECT exactonce.flush('trades')");
 	eo_check($target, $tdb, "$label, more events");
 	is( $target->safe_psql(
-			$tdb, q{
-SELECT (SELECT position FROM exactonce.feed_consumers WHERE consumer = 'mirror') = 50
-   AND (SELECT min(seq) FROM exactonce.feed_read('trades', 'mirror', 10)) = 51
+			$tdb, qq{
+SELECT $position >= 50
+   AND (SELECT position FROM exactonce.feed_consumers WHERE consumer = 'mirror') = $position
+   AND (SELECT min(seq) FROM trades.feed WHERE seq > $position)
+	 = (SELECT min(seq) FROM exactonce.feed_read('trades', 'mirror', 10))
    AND (SELECT retention_horizon FROM exactonce.pipelines) = 0}),
 		't', "$label: the feed consumer goes on from its position; the retention horizon is kept");
 	is( $target->safe_psql(
