@@ -85,15 +85,22 @@ SELECT count(*) FILTER (WHERE (d).keys = -1) > 0 AND count(*) FILTER (WHERE (d).
 FROM deltas;
 CREATE FUNCTION pg_temp.len_text(t text) RETURNS bytea LANGUAGE sql IMMUTABLE
 	AS $$ SELECT int4send(octet_length(t)) || convert_to(t, 'UTF8') $$;
-SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas)) =
-	   sha256(int8send(1) || int8send(1) || (
+SELECT sha256(int8send(1) || int8send(1) || (
 		   SELECT string_agg(pg_temp.len_text((d).key) || int8send((d).version) || pg_temp.len_text((d).cell[1])
 							 || pg_temp.len_text(trim_scale((d).total)::text) || int8send((d).keys)
 							 || coalesce(pg_temp.len_text(trim_scale((d).measures[1])::text), '\xffffffff'),
 							 ''::bytea
 							 ORDER BY (d).key COLLATE "C", (d).version, (d).cell[1] COLLATE "C", (d).keys,
 									  (d).total, (d).measures[1] NULLS FIRST)
-		   FROM deltas)) AS token_is_sha256_of_canonical_deltas;
+		   FROM deltas)) AS canonical \gset
+-- deltas in any order stage under that token: in reverse, then as the
+-- state stage yields them (sorted already, hashed as they come)
+BEGIN;
+SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas ORDER BY (d).key COLLATE "C" DESC, (d).keys))
+	   = :'canonical'::bytea AS reversed_is_canonical;
+ROLLBACK;
+SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas)) = :'canonical'::bytea
+	   AS token_is_sha256_of_canonical_deltas;
 DROP TABLE batch3, deltas;
 SELECT exactonce.drop_pipeline('tok', force => true);
 

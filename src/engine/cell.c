@@ -24,6 +24,9 @@
 #include "catalog/statement.h"
 #include "engine/cell.h"
 
+/* room on the stack for the identity of a cell looked up */
+#define CELL_KEY_BUF 256
+
 /*
  * CellHash hashes a cell's encoded identity.
  */
@@ -77,33 +80,30 @@ CellTableCreate(void)
 }
 
 /*
- * CellKeyMake encodes the identity of the cell that groups by mask, with the
- * values dims[i] of its dimensions, followed by suffixlen bytes of suffix,
- * in a buffer of its exact size: a table keeps many.
+ * CellKeyEncode encodes the identity of the cell that groups by mask, with
+ * the values dims[i] of its dimensions, followed by suffixlen bytes of
+ * suffix: in buf where it fits in bufsize bytes, else in a buffer of its
+ * exact size.
  */
-CellKey
-CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen)
+static CellKey
+CellKeyEncode(uint32 mask, Datum *dims, const char *suffix, int suffixlen,
+			  char *buf, int bufsize)
 {
 	CellKey		key;
 	char	   *w;
 
 	Assert(mask < (UINT64CONST(1) << EXACTONCE_MAX_DIMENSIONS));
 	key.len = sizeof(mask) + suffixlen;
-	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
-		if (mask & (1u << i))
-			key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[i]));
-	key.data = w = palloc(key.len);
+	for (uint32 m = mask; m != 0; m &= m - 1)
+		key.len += sizeof(uint32) + VARSIZE_ANY_EXHDR(DatumGetPointer(dims[pg_rightmost_one_pos32(m)]));
+	key.data = w = key.len <= bufsize ? buf : palloc(key.len);
 	memcpy(w, &mask, sizeof(mask));
 	w += sizeof(mask);
-	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
+	for (uint32 m = mask; m != 0; m &= m - 1)
 	{
-		text	   *t;
-		uint32		len;
+		text	   *t = (text *) DatumGetPointer(dims[pg_rightmost_one_pos32(m)]);
+		uint32		len = VARSIZE_ANY_EXHDR(t);
 
-		if (!(mask & (1u << i)))
-			continue;
-		t = (text *) DatumGetPointer(dims[i]);
-		len = VARSIZE_ANY_EXHDR(t);
 		memcpy(w, &len, sizeof(len));
 		memcpy(w + sizeof(len), VARDATA_ANY(t), len);
 		w += sizeof(len) + len;
@@ -111,6 +111,16 @@ CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen)
 	if (suffixlen > 0)
 		memcpy(w, suffix, suffixlen);
 	return key;
+}
+
+/*
+ * CellKeyMake encodes a cell's identity, as CellKeyEncode does, in a buffer
+ * of its exact size: a table keeps many.
+ */
+CellKey
+CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen)
+{
+	return CellKeyEncode(mask, dims, suffix, suffixlen, NULL, 0);
 }
 
 /*
@@ -219,10 +229,12 @@ CellExtMerge(CellExtList *into, const CellExtList *from, bool greatest)
 Cell *
 CellTableFind(HTAB *cells, uint32 mask, Datum *dims)
 {
-	CellKey		key = CellKeyMake(mask, dims, NULL, 0);
+	char		buf[CELL_KEY_BUF];
+	CellKey		key = CellKeyEncode(mask, dims, NULL, 0, buf, sizeof(buf));
 	Cell	   *cell = hash_search(cells, &key, HASH_FIND, NULL);
 
-	pfree(key.data);
+	if (key.data != buf)
+		pfree(key.data);
 	return cell;
 }
 
@@ -233,16 +245,19 @@ CellTableFind(HTAB *cells, uint32 mask, Datum *dims)
 Cell *
 CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
 {
-	CellKey		key = CellKeyMake(mask, dims, NULL, 0);
+	char		buf[CELL_KEY_BUF];
+	CellKey		key = CellKeyEncode(mask, dims, NULL, 0, buf, sizeof(buf));
+	uint32		hash = CellHash(&key, sizeof(key));
 	Cell	   *cell;
-	bool		found;
 
-	cell = hash_search(cells, &key, HASH_ENTER, &found);
-	if (found)
+	/* most changes go to a cell the table has: look it up without a copy */
+	cell = hash_search_with_hash_value(cells, &key, hash, HASH_FIND, NULL);
+	if (cell != NULL)
 	{
 		CellChange *c = &cell->change;
 
-		pfree(key.data);
+		if (key.data != buf)
+			pfree(key.data);
 		c->total = NumericAdd(c->total, change->total);
 		c->keys += change->keys;
 		for (int i = 0; i < p->nmeasures; i++)
@@ -261,6 +276,12 @@ CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChang
 		}
 		return cell;
 	}
+	if (key.data == buf)
+	{
+		key.data = palloc(key.len);
+		memcpy(key.data, buf, key.len);
+	}
+	cell = hash_search_with_hash_value(cells, &key, hash, HASH_ENTER, NULL);
 	cell->mask = mask;
 	cell->level = pg_popcount32(mask);
 	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)

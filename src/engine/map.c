@@ -31,6 +31,9 @@
 #include "engine/progress.h"
 #include "utils/fault.h"
 
+/* how many deltas ahead TokenAndRollUp asks for the texts */
+#define MAP_PREFETCH 8
+
 /*
  * DeltaCmp orders deltas canonically: key, version, cell, change.
  */
@@ -156,24 +159,14 @@ HashNone(pg_cryptohash_ctx *ctx)
 }
 
 /*
- * DeltaToken computes the SHA-256 of the canonical encoding of the deltas:
- * sorted, each as key, version, cell values and change, every text length-
- * prefixed and every number in a fixed format.  A pipeline with measures
- * adds each delta's measures (a NULL as the length 0xFFFFFFFF) and, ahead
- * of them all, their number.
+ * TokenBegin starts the SHA-256 of a batch's canonical encoding: the number
+ * of dimensions and, where the pipeline has them, of measures and distinct
+ * counts.
  */
-static void
-DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
+static pg_cryptohash_ctx *
+TokenBegin(Pipeline *p)
 {
-	Delta	  **sorted = palloc(sizeof(Delta *) * n);
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-
-	for (int i = 0; i < n; i++)
-		sorted[i] = &deltas[i];
-	if (p->nmeasures > 0 || p->ndistinct > 0)
-		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmpAll, p);
-	else
-		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
 
 	if (pg_cryptohash_init(ctx) < 0)
 		elog(ERROR, "could not initialize SHA-256: %s", pg_cryptohash_error(ctx));
@@ -182,35 +175,86 @@ DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
 		HashInt64(ctx, p->nmeasures);
 	if (p->ndistinct > 0)
 		HashInt64(ctx, p->ndistinct);
-	for (int i = 0; i < n; i++)
-	{
-		Delta	   *d = sorted[i];
+	return ctx;
+}
 
-		CHECK_FOR_INTERRUPTS();
-		HashText(ctx, d->key);
-		HashInt64(ctx, d->version);
-		for (int j = 0; j < p->ndims; j++)
-			HashText(ctx, (text *) DatumGetPointer(d->cell[j]));
-		HashNumeric(ctx, d->total);
-		HashInt64(ctx, d->keys);
-		for (int j = 0; j < p->nmeasures; j++)
-		{
-			if (d->measures[j] == NULL)
-				HashNone(ctx);
-			else
-				HashNumeric(ctx, d->measures[j]);
-		}
-		for (int j = 0; j < p->ndistinct; j++)
-		{
-			if (d->distincts[j] == (Datum) 0)
-				HashNone(ctx);
-			else
-				HashText(ctx, (text *) DatumGetPointer(d->distincts[j]));
-		}
+/*
+ * TokenAdd feeds the next delta in canonical order: key, version, cell
+ * values and change, each text length-prefixed and each number in a fixed
+ * format, then its measures (a NULL as the length 0xFFFFFFFF) and distinct
+ * values.
+ */
+static void
+TokenAdd(pg_cryptohash_ctx *ctx, Pipeline *p, Delta *d)
+{
+	HashText(ctx, d->key);
+	HashInt64(ctx, d->version);
+	for (int j = 0; j < p->ndims; j++)
+		HashText(ctx, (text *) DatumGetPointer(d->cell[j]));
+	HashNumeric(ctx, d->total);
+	HashInt64(ctx, d->keys);
+	for (int j = 0; j < p->nmeasures; j++)
+	{
+		if (d->measures[j] == NULL)
+			HashNone(ctx);
+		else
+			HashNumeric(ctx, d->measures[j]);
 	}
+	for (int j = 0; j < p->ndistinct; j++)
+	{
+		if (d->distincts[j] == (Datum) 0)
+			HashNone(ctx);
+		else
+			HashText(ctx, (text *) DatumGetPointer(d->distincts[j]));
+	}
+}
+
+/*
+ * TokenEnd writes the token and frees the hash.
+ */
+static void
+TokenEnd(pg_cryptohash_ctx *ctx, uint8 *token)
+{
 	if (pg_cryptohash_final(ctx, token, EXACTONCE_TOKEN_LEN) < 0)
 		elog(ERROR, "could not finalize SHA-256: %s", pg_cryptohash_error(ctx));
 	pg_cryptohash_free(ctx);
+}
+
+/*
+ * DeltaOrder compares two deltas in the canonical order of the token.
+ */
+static inline int
+DeltaOrder(Pipeline *p, Delta *a, Delta *b)
+{
+	if (p->nmeasures > 0 || p->ndistinct > 0)
+		return DeltaCmpAll(&a, &b, p);
+	return DeltaCmp(&a, &b, &p->ndims);
+}
+
+/*
+ * DeltaToken computes the SHA-256 of the canonical encoding of n deltas in
+ * any order: sorted, then as TokenAdd encodes each.  Deltas that compare
+ * equal encode alike, so any sort gives the same token.
+ */
+static void
+DeltaToken(Pipeline *p, Delta *deltas, int n, uint8 *token)
+{
+	Delta	  **sorted = palloc(sizeof(Delta *) * n);
+	pg_cryptohash_ctx *ctx;
+
+	for (int i = 0; i < n; i++)
+		sorted[i] = &deltas[i];
+	if (p->nmeasures > 0 || p->ndistinct > 0)
+		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmpAll, p);
+	else
+		qsort_arg(sorted, n, sizeof(Delta *), DeltaCmp, &p->ndims);
+	ctx = TokenBegin(p);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		TokenAdd(ctx, p, sorted[i]);
+	}
+	TokenEnd(ctx, token);
 	pfree(sorted);
 }
 
@@ -272,27 +316,31 @@ DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change, CellExtList *ext)
 }
 
 /*
- * RollUp pre-aggregates deltas per leaf cell, then the leaves into every
- * cell of the pipeline's grouping (every level of its rollup, or each of
- * its grouping sets), which costs one addition per delta and a few per
- * leaf.
+ * LeafAdd adds the change of the i-th delta to its leaf cell, the cell
+ * that groups by every dimension; ext, with min_max, is scratch space for
+ * its lists.
+ */
+static void
+LeafAdd(Pipeline *p, HTAB *leaves, Delta *deltas, int i, CellExtList *ext)
+{
+	CellChange	change;
+
+	DeltaChange(p, &deltas[i], i, &change, ext);
+	CellTableAdd(leaves, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
+}
+
+/*
+ * RollUpLeaves adds the leaf cells into every cell of the pipeline's
+ * grouping (every level of its rollup, or each of its grouping sets), a
+ * few additions per leaf, and frees the leaves.
  */
 static HTAB *
-RollUp(Pipeline *p, Delta *deltas, int n)
+RollUpLeaves(Pipeline *p, HTAB *leaves)
 {
-	HTAB	   *leaves = CellTableCreate();
 	HTAB	   *cells = CellTableCreate();
 	HASH_SEQ_STATUS seq;
 	Cell	   *leaf;
-	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
 
-	for (int i = 0; i < n; i++)
-	{
-		CellChange	change;
-
-		DeltaChange(p, &deltas[i], i, &change, ext);
-		CellTableAdd(leaves, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
-	}
 	hash_seq_init(&seq, leaves);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
 	{
@@ -315,6 +363,67 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 	}
 	hash_destroy(leaves);
 	return cells;
+}
+
+/*
+ * RollUp pre-aggregates deltas per leaf cell, then the leaves into every
+ * cell of the pipeline's grouping: one addition per delta and a few per
+ * leaf.
+ */
+static HTAB *
+RollUp(Pipeline *p, Delta *deltas, int n)
+{
+	HTAB	   *leaves = CellTableCreate();
+	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
+
+	for (int i = 0; i < n; i++)
+		LeafAdd(p, leaves, deltas, i, ext);
+	return RollUpLeaves(p, leaves);
+}
+
+/*
+ * TokenAndRollUp is the token and the roll-up of n deltas in one pass, so
+ * that the texts of a large batch, scattered in memory, come into the CPU's
+ * cache once: a delta in canonical order after the one before goes into
+ * the token as it comes (the state stage yields its deltas so, map.c's
+ * callers any way), and if one does not, the token is made anew from the
+ * sorted deltas.  The texts of the deltas a few ahead are asked for early.
+ */
+static HTAB *
+TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token)
+{
+	HTAB	   *leaves = CellTableCreate();
+	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
+	pg_cryptohash_ctx *ctx = TokenBegin(p);
+	bool		inorder = true;
+
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+#ifdef __GNUC__
+		if (i + MAP_PREFETCH < n)
+		{
+			Delta	   *ahead = &deltas[i + MAP_PREFETCH];
+
+			__builtin_prefetch(ahead->key);
+			for (int j = 0; j < p->ndims; j++)
+				__builtin_prefetch(DatumGetPointer(ahead->cell[j]));
+		}
+#endif
+		if (inorder && i > 0 && DeltaOrder(p, &deltas[i - 1], &deltas[i]) > 0)
+			inorder = false;
+		if (inorder)
+			TokenAdd(ctx, p, &deltas[i]);
+		LeafAdd(p, leaves, deltas, i, ext);
+	}
+	if (inorder)
+		TokenEnd(ctx, token);
+	else
+	{
+		pg_cryptohash_free(ctx);
+		DeltaToken(p, deltas, n, token);
+	}
+	return RollUpLeaves(p, leaves);
 }
 
 /*
@@ -350,9 +459,7 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 
 	if (n == 0)
 		return false;
-	DeltaToken(p, deltas, n, token);
-
-	cells = RollUp(p, deltas, n);
+	cells = TokenAndRollUp(p, deltas, n, token);
 	CellColumnsOf(p, cells, &cols);
 	members.nmembers = 0;
 	if (p->ndistinct > 0)

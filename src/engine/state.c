@@ -811,6 +811,20 @@ WriteState(StateWork *w)
 		KeyState   *ks = &w->rowstates[j];
 
 		CHECK_FOR_INTERRUPTS();
+#ifdef __GNUC__
+		/* each key's values lie apart: ask for those of the keys ahead */
+		if (j + 2 * STATE_PREFETCH < w->nrows)
+			__builtin_prefetch(w->rowstates[j + 2 * STATE_PREFETCH].dims);
+		if (j + STATE_PREFETCH < w->nrows)
+		{
+			KeyState   *ahead = &w->rowstates[j + STATE_PREFETCH];
+
+			__builtin_prefetch(w->rowkeys[j + STATE_PREFETCH]);
+			__builtin_prefetch(ahead->value);
+			for (int i = 0; ahead->dims && i < w->p->ndims; i++)
+				__builtin_prefetch(DatumGetPointer(ahead->dims[i]));
+		}
+#endif
 		if (ks->stored)
 		{
 			ExecClearTuple(slot);
