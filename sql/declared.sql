@@ -249,9 +249,12 @@ SELECT pg_temp.differing(:'q7a');
 -- stay, and what would be dropped with it is refused)
 CREATE ROLE regress_r7_reader;
 GRANT SELECT ON r7.result TO regress_r7_reader;
+-- and so do its options
+ALTER VIEW r7.result SET (security_barrier = true);
 \set q7b 'SELECT region, desk, min(value), max(qty) AS top_qty, avg(qty), count(DISTINCT cp) AS cps, count(*) FROM stream GROUP BY GROUPING SETS ((region), (desk), ())'
 SELECT exactonce.alter_pipeline_as('r7', :'q7b') > 0 AS recomputed;
 SELECT has_table_privilege('regress_r7_reader', 'r7.result', 'SELECT') AS still_granted;
+SELECT reloptions FROM pg_class WHERE oid = 'r7.result'::regclass;
 SELECT min_max, grouping_sets, query = :'q7b' AS shows_query FROM exactonce.pipelines WHERE name = 'r7';
 SELECT pg_temp.differing(:'q7b');
 SELECT send('r7', 'risk_type, region, desk, qty, cp', 3, true);

@@ -175,7 +175,12 @@ REVOKE SELECT ON q.ingest_1 FROM regress_q_other;
 RESET ROLE;
 REVOKE USAGE ON SCHEMA q FROM regress_q_monitor;
 DROP ROLE regress_q_other;
+-- and so do storage parameters
+ALTER TABLE q.ingest_1_0 SET (autovacuum_enabled = true, toast_tuple_target = 256);
 SELECT exactonce.set_shards('q', 3);
+SELECT reloptions FROM pg_class WHERE oid = 'q.ingest_1_0'::regclass;
+ALTER TABLE q.ingest_1_0 SET (autovacuum_enabled = false);
+ALTER TABLE q.ingest_1_0 RESET (toast_tuple_target);
 SELECT tgrelid::regclass, tgname FROM pg_trigger WHERE tgname = 'q_truncated';
 SELECT has_table_privilege('regress_q_monitor', 'q.ingest_1', 'SELECT WITH GRANT OPTION') AS kept,
 	   has_table_privilege('regress_q_monitor', 'q.ingest_0', 'SELECT') AS not_given;
@@ -224,6 +229,12 @@ SELECT exactonce.set_shards('nope', 2);
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT exactonce.set_shards('q', 2);
 ROLLBACK;
+-- a plain partition cut by shard has no storage of its own to take its
+-- parameters: its tables get the queue's
+ALTER TABLE q.ingest_0 SET (toast_tuple_target = 512);
+SELECT exactonce.set_shards('q', 2);
+SELECT relid::regclass, c.reloptions FROM pg_partition_tree('q.ingest_0') t JOIN pg_class c ON c.oid = t.relid
+ORDER BY relid::text;
 
 SELECT exactonce.drop_pipeline('q');
 DROP EXTENSION exactonce;

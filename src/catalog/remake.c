@@ -8,12 +8,15 @@
  * tables per shard) and alter_pipeline_as() the view result.  Their owner,
  * or a DBA, may have made things on the old ones: a trigger that hears of
  * each retirement, a grant to the readers of the view, an index.  None of
- * it is dropped without a word.  The triggers and the privileges the owner
- * granted are kept (RemakeKeep) and made again on the relation of the same
- * name once it exists (RemakeRestore); anything else, a privilege on a
- * column, and a privilege that another role granted (the owner cannot
- * grant it again in that role's name) make the command fail, naming it, as
- * a DROP without CASCADE would.  What a relation gets anew on its own -- a
+ * it is dropped without a word.  The triggers, the privileges the owner
+ * granted and the storage parameters are kept (RemakeKeep) and made again
+ * on the relation of the same name once it exists (RemakeRestore), the
+ * parameters where it is of the same kind (a partition that set_shards()
+ * cuts by shard, or makes plain again, has none to take them: its tables
+ * get the queue's own); anything else, a privilege on a column, and a
+ * privilege that another role granted (the owner cannot grant it again in
+ * that role's name) make the command fail, naming it, as a DROP without
+ * CASCADE would.  Comments are exactonce's own, and made anew.  What a relation gets anew on its own -- a
  * partition's clones of its parent's triggers and indexes, inherited
  * constraints, defaults, its own partitions, a view's query -- is left
  * out.
@@ -62,6 +65,7 @@ RemakeKeep(Oid relid, const char *command)
 {
 	RemakeKept *kept = palloc0(sizeof(RemakeKept));
 	List	   *refused;
+	List	   *settings;
 
 	kept->relname = get_rel_name(relid);
 	refused = TextsOf("SELECT CASE WHEN w.rulename = '_RETURN'"
@@ -94,7 +98,7 @@ RemakeKeep(Oid relid, const char *command)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 				 errmsg("%s would drop %s", command, (char *) linitial(refused)),
-				 errdetail("%s makes %s anew; it keeps the triggers made on it and the privileges its owner granted.",
+				 errdetail("%s makes %s anew; it keeps the triggers made on it, the privileges its owner granted and its storage parameters.",
 						   command, quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 															   kept->relname)),
 				 errhint("Drop it first, and make it again afterwards.")));
@@ -107,6 +111,12 @@ RemakeKeep(Oid relid, const char *command)
 						   " CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)"
 						   " FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a"
 						   " WHERE c.oid = $1 AND a.grantee <> c.relowner", relid);
+	kept->relkind = get_rel_relkind(relid);
+	settings = TextsOf("SELECT pg_catalog.format('ALTER %s %s SET (%s)',"
+					   " CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::pg_catalog.regclass,"
+					   " pg_catalog.array_to_string(c.reloptions, ', '))"
+					   " FROM pg_catalog.pg_class c WHERE c.oid = $1 AND c.reloptions IS NOT NULL", relid);
+	kept->settings = settings != NIL ? linitial(settings) : NULL;
 	return kept;
 }
 
@@ -119,9 +129,10 @@ RemakeKeep(Oid relid, const char *command)
 void
 RemakeRestore(RemakeKept *kept, Oid nspid, const char *command)
 {
+	Oid			relid = get_relname_relid(kept->relname, nspid);
 	ListCell   *lc;
 
-	if (!OidIsValid(get_relname_relid(kept->relname, nspid)))
+	if (!OidIsValid(relid))
 	{
 		if (kept->triggers != NIL)
 			ereport(ERROR,
@@ -143,4 +154,7 @@ RemakeRestore(RemakeKept *kept, Oid nspid, const char *command)
 		if (SPI_execute(lfirst(lc), false, 0) != SPI_OK_UTILITY)
 			elog(ERROR, "could not grant the privileges on %s again", kept->relname);
 	}
+	if (kept->settings != NULL && get_rel_relkind(relid) == kept->relkind &&
+		SPI_execute(kept->settings, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not set the storage parameters of %s again", kept->relname);
 }

@@ -16,6 +16,9 @@ typedef struct RemakeKept
 	char	   *relname;
 	List	   *triggers;		/* CREATE TRIGGER statements */
 	List	   *grants;			/* GRANT statements */
+	char		relkind;
+	char	   *settings;		/* ALTER ... SET (its storage parameters), or
+								 * NULL */
 } RemakeKept;
 
 extern RemakeKept *RemakeKeep(Oid relid, const char *command);
