@@ -124,6 +124,37 @@ CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen)
 }
 
 /*
+ * CellTableEnter returns the entry of table (a CellTableCreateOf table) for
+ * the cell that groups by mask with values dims, followed by suffixlen
+ * bytes of suffix; *found tells whether it was there.  Most lookups find
+ * it: the identity is encoded on the stack and copied only into a new
+ * entry, whose other fields the caller sets.
+ */
+void *
+CellTableEnter(HTAB *table, uint32 mask, Datum *dims, const char *suffix, int suffixlen,
+			   bool *found)
+{
+	char		buf[CELL_KEY_BUF];
+	CellKey		key = CellKeyEncode(mask, dims, suffix, suffixlen, buf, sizeof(buf));
+	uint32		hash = CellHash(&key, sizeof(key));
+	void	   *entry = hash_search_with_hash_value(table, &key, hash, HASH_FIND, NULL);
+
+	*found = entry != NULL;
+	if (*found)
+	{
+		if (key.data != buf)
+			pfree(key.data);
+		return entry;
+	}
+	if (key.data == buf)
+	{
+		key.data = palloc(key.len);
+		memcpy(key.data, buf, key.len);
+	}
+	return hash_search_with_hash_value(table, &key, hash, HASH_ENTER, NULL);
+}
+
+/*
  * AddSum adds two sums, NULL being none.
  */
 static Numeric
@@ -245,19 +276,13 @@ CellTableFind(HTAB *cells, uint32 mask, Datum *dims)
 Cell *
 CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
 {
-	char		buf[CELL_KEY_BUF];
-	CellKey		key = CellKeyEncode(mask, dims, NULL, 0, buf, sizeof(buf));
-	uint32		hash = CellHash(&key, sizeof(key));
-	Cell	   *cell;
+	bool		found;
+	Cell	   *cell = CellTableEnter(cells, mask, dims, NULL, 0, &found);
 
-	/* most changes go to a cell the table has: look it up without a copy */
-	cell = hash_search_with_hash_value(cells, &key, hash, HASH_FIND, NULL);
-	if (cell != NULL)
+	if (found)
 	{
 		CellChange *c = &cell->change;
 
-		if (key.data != buf)
-			pfree(key.data);
 		c->total = NumericAdd(c->total, change->total);
 		c->keys += change->keys;
 		for (int i = 0; i < p->nmeasures; i++)
@@ -276,12 +301,6 @@ CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChang
 		}
 		return cell;
 	}
-	if (key.data == buf)
-	{
-		key.data = palloc(key.len);
-		memcpy(key.data, buf, key.len);
-	}
-	cell = hash_search_with_hash_value(cells, &key, hash, HASH_ENTER, NULL);
 	cell->mask = mask;
 	cell->level = pg_popcount32(mask);
 	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)

@@ -96,6 +96,8 @@ typedef struct CellColumns
 
 extern HTAB *CellTableCreateOf(Size entrysize);
 extern CellKey CellKeyMake(uint32 mask, Datum *dims, const char *suffix, int suffixlen);
+extern void *CellTableEnter(HTAB *table, uint32 mask, Datum *dims, const char *suffix,
+							int suffixlen, bool *found);
 extern HTAB *CellTableCreate(void);
 extern Cell *CellTableFind(HTAB *cells, uint32 mask, Datum *dims);
 extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims,

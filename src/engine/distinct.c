@@ -66,19 +66,18 @@ MemberAdd(HTAB *members, uint32 mask, Datum *dims, int col, Datum value, int64 n
 {
 	text	   *t = (text *) DatumGetPointer(value);
 	int			len = VARSIZE_ANY_EXHDR(t);
-	char	   *suffix = palloc(1 + len);
-	CellKey		key;
+	char		buf[128];
+	char	   *suffix = 1 + len <= sizeof(buf) ? buf : palloc(1 + len);
 	Member	   *m;
 	bool		found;
 
 	suffix[0] = (char) col;
 	memcpy(suffix + 1, VARDATA_ANY(t), len);
-	key = CellKeyMake(mask, dims, suffix, 1 + len);
-	pfree(suffix);
-	m = hash_search(members, &key, HASH_ENTER, &found);
+	m = CellTableEnter(members, mask, dims, suffix, 1 + len, &found);
+	if (suffix != buf)
+		pfree(suffix);
 	if (found)
 	{
-		pfree(key.data);
 		m->n += n;
 		return;
 	}
@@ -91,28 +90,37 @@ MemberAdd(HTAB *members, uint32 mask, Datum *dims, int col, Datum value, int64 n
 }
 
 /*
- * DistinctOfDeltas adds the leaf-cell members that n deltas change: a delta
- * adds (keys 1) or takes (keys -1) one contribution of its value.
+ * DistinctOfDeltas adds the leaf-cell members that n deltas change.
  */
 void
 DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members)
 {
 	for (int i = 0; i < n; i++)
 	{
-		Delta	   *d = &deltas[i];
-
 		CHECK_FOR_INTERRUPTS();
-		if (d->keys != 1 && d->keys != -1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("delta %d has keys " INT64_FORMAT ", but pipeline \"%s\" counts distinct values",
-							i + 1, d->keys, p->name),
-					 errdetail("A distinct count needs each value that comes and goes: a delta adds one key (1) or takes one (-1)."),
-					 errhint("Pass the deltas exactonce.state_upsert() returned.")));
-		for (int j = 0; j < p->ndistinct; j++)
-			if (d->distincts[j] != (Datum) 0)
-				MemberAdd(members, CELL_LEVEL_MASK(p->ndims), d->cell, j, d->distincts[j], d->keys);
+		DistinctOfDelta(p, deltas, i, members);
 	}
+}
+
+/*
+ * DistinctOfDelta adds the leaf-cell members the i-th delta changes: it adds
+ * (keys 1) or takes (keys -1) one contribution of its value.
+ */
+void
+DistinctOfDelta(Pipeline *p, Delta *deltas, int i, HTAB *members)
+{
+	Delta	   *d = &deltas[i];
+
+	if (d->keys != 1 && d->keys != -1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delta %d has keys " INT64_FORMAT ", but pipeline \"%s\" counts distinct values",
+						i + 1, d->keys, p->name),
+				 errdetail("A distinct count needs each value that comes and goes: a delta adds one key (1) or takes one (-1)."),
+				 errhint("Pass the deltas exactonce.state_upsert() returned.")));
+	for (int j = 0; j < p->ndistinct; j++)
+		if (d->distincts[j] != (Datum) 0)
+			MemberAdd(members, CELL_LEVEL_MASK(p->ndims), d->cell, j, d->distincts[j], d->keys);
 }
 
 /*

@@ -40,6 +40,7 @@ typedef struct MemberColumns
 
 extern HTAB *DistinctTableCreate(void);
 extern void DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members);
+extern void DistinctOfDelta(Pipeline *p, Delta *deltas, int i, HTAB *members);
 extern void DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols);
 extern void DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first,
 								HTAB *members);

@@ -382,7 +382,8 @@ RollUp(Pipeline *p, Delta *deltas, int n)
 }
 
 /*
- * TokenAndRollUp is the token and the roll-up of n deltas in one pass, so
+ * TokenAndRollUp is the token and the roll-up of n deltas in one pass, with
+ * the leaf members of their distinct values where members is not NULL, so
  * that the texts of a large batch, scattered in memory, come into the CPU's
  * cache once: a delta in canonical order after the one before goes into
  * the token as it comes (the state stage yields its deltas so, map.c's
@@ -390,7 +391,7 @@ RollUp(Pipeline *p, Delta *deltas, int n)
  * sorted deltas.  The texts of the deltas a few ahead are asked for early.
  */
 static HTAB *
-TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token)
+TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token, HTAB *members)
 {
 	HTAB	   *leaves = CellTableCreate();
 	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
@@ -415,6 +416,8 @@ TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token)
 		if (inorder)
 			TokenAdd(ctx, p, &deltas[i]);
 		LeafAdd(p, leaves, deltas, i, ext);
+		if (members != NULL)
+			DistinctOfDelta(p, deltas, i, members);
 	}
 	if (inorder)
 		TokenEnd(ctx, token);
@@ -454,19 +457,19 @@ MapStage(Pipeline *p, Delta *deltas, int n, const char *source, int64 position,
 		 uint8 *token)
 {
 	HTAB	   *cells;
+	HTAB	   *leaves = NULL;
 	CellColumns cols;
 	MemberColumns members;
 
 	if (n == 0)
 		return false;
-	cells = TokenAndRollUp(p, deltas, n, token);
+	if (p->ndistinct > 0)
+		leaves = DistinctTableCreate();
+	cells = TokenAndRollUp(p, deltas, n, token, leaves);
 	CellColumnsOf(p, cells, &cols);
 	members.nmembers = 0;
-	if (p->ndistinct > 0)
+	if (leaves != NULL)
 	{
-		HTAB	   *leaves = DistinctTableCreate();
-
-		DistinctOfDeltas(p, deltas, n, leaves);
 		DistinctColumnsOf(p, leaves, &members);
 		hash_destroy(leaves);
 	}
