@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# test/bench/drain-cpu.sh: what draining a backlog costs the workers, per
+# event, for each setting (or build of the library) given, taking turns on
+# this machine.  CPU time is steadier than a rate on a shared machine: it
+# leaves out the time the workers wait for a core.  One throwaway cluster
+# (tools/cluster.sh, two workers) per case and round; for each KIND a
+# pipeline of SHARDS shards (default 1) is made, paused, loaded with the
+# events of tools/producer (EVENTS, default 1,000,000 over TRADES =
+# 200,000 keys), resumed and timed until all is applied.  It prints the
+# seconds, the CPU the workers used per event (from /proc), and checks
+# the aggregates against the producer's truth.  KINDS (default "plain
+# measures minmax distinct"):
+#   plain     the three dimensions only
+#   measures  and measures qty = |value| and fee = value / 4 (none on every
+#             third version)
+#   minmax    and min and max of value and fee
+#   distinct  and a distinct count of counterparty (one of 1,000 per key)
+#
+#   bash test/bench/drain-cpu.sh [ROUNDS] CASE...
+#
+# where a CASE is a line for postgresql.conf, a path to an exactonce.so to
+# install for the run (the library installed last stays), or "-" for
+# neither.  Run as root or as the postgres OS user, after "make install".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ROUNDS=1
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
+[ $# -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
+EVENTS=${EVENTS:-1000000}
+TRADES=${TRADES:-200000}
+SHARDS=${SHARDS:-1}
+KINDS=${KINDS:-plain measures minmax distinct}
+D=/tmp/exactonce-drain-cpu
+P=55494
+LIBDIR=$(pg_config --pkglibdir)
+COLS="key, version, value, risk_type, region, trade_desk, deleted, event_time"
+QTY="abs(value)"
+FEE="CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END"
+CPTY="'cp' || abs(hashtext(key)) % 1000"
+FAILED=0
+
+q() { PGHOST=$D PGPORT=$P psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
+# CPU time (1/100 s) of the processes listed, from /proc/<pid>/stat
+cpu() {
+	local t=0 s f
+	for pid in ${1//,/ }; do
+		s=$(<"/proc/$pid/stat")
+		read -ra f <<<"${s##*) }"    # the fields after the process name
+		t=$((t + f[11] + f[12]))     # utime, stime
+	done
+	echo $t
+}
+
+make -s -C tools producer >/dev/null
+mkdir -p $D.files
+[ "$(id -u)" = 0 ] && chown postgres: $D.files
+tools/producer --quiet --events "$EVENTS" --trades "$TRADES" --output $D.files/events.copy \
+	--truth-state-file $D.files/truth_state.copy >/dev/null
+chmod a+r $D.files/*.copy
+trap 'bash tools/cluster.sh stop $D immediate >/dev/null 2>&1 || true' EXIT
+printf "%-36s %-9s %8s %14s  %s\n" case kind seconds "CPU us/event" exact
+for _ in $(seq "$ROUNDS"); do
+	for c in "$@"; do
+		conf=""
+		if [[ $c == *.so ]]; then
+			cp "$c" "$LIBDIR/exactonce.so.tmp" && mv -f "$LIBDIR/exactonce.so.tmp" "$LIBDIR/exactonce.so"
+		elif [ "$c" != - ]; then
+			conf=$c
+		fi
+		bash tools/cluster.sh start $D $P "exactonce.database = 'postgres'" "exactonce.workers = 2" \
+			"shared_buffers = 1GB" "max_wal_size = 8GB" "$conf" >/dev/null
+		q >/dev/null <<SQL
+CREATE EXTENSION exactonce;
+CREATE TABLE ev (key text, version bigint, value numeric, risk_type text, region text, trade_desk text,
+	deleted boolean, event_time timestamptz);
+COPY ev FROM '$D.files/events.copy';
+CREATE TABLE truth_state (key text, version bigint, value numeric, risk_type text, region text,
+	trade_desk text, deleted boolean);
+COPY truth_state FROM '$D.files/truth_state.copy';
+SQL
+		until [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")" = 2 ]; do sleep 0.1; done
+		pids=$(q -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")
+		for kind in $KINDS; do
+			args="" extra="" sel="" cols="" want=""
+			case $kind in
+			plain) ;;
+			measures | minmax | distinct)
+				args=", measures => ARRAY['qty', 'fee']"; extra=", qty, fee"; sel=", $QTY, $FEE"
+				cols=", qty_sum, fee_sum"; want=", sum($QTY), coalesce(sum($FEE), 0)" ;;&
+			minmax)
+				args="$args, min_max => ARRAY['value', 'fee']"
+				cols="$cols, value_min, value_max, fee_min, fee_max"; want="$want, min(value), max(value), min($FEE), max($FEE)" ;;
+			distinct)
+				args="$args, distinct_counts => ARRAY['counterparty']"; extra="$extra, counterparty"; sel="$sel, $CPTY"
+				cols="$cols, counterparty_distinct"; want="$want, count(DISTINCT $CPTY)" ;;
+			measures) ;;
+			*) echo "drain-cpu.sh: no kind $kind" >&2; exit 2 ;;
+			esac
+			q >/dev/null <<SQL
+SET client_min_messages = warning;
+SELECT exactonce.drop_pipeline('t', force => true) FROM exactonce.pipeline WHERE name = 't';
+SELECT exactonce.create_pipeline('t', ARRAY['risk_type', 'region', 'trade_desk'], shards => $SHARDS$args);
+SELECT exactonce.pause('t');
+INSERT INTO t.ingest ($COLS$extra) SELECT $COLS$sel FROM ev;
+CHECKPOINT;
+SQL
+			c0=$(cpu "$pids")
+			t0=$(date +%s.%N)
+			q -c "SELECT exactonce.resume('t')" >/dev/null
+			until [ "$(q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 't'")" = t ]; do sleep 0.02; done
+			t1=$(date +%s.%N)
+			c1=$(cpu "$pids")
+			mis=$(q <<SQL
+WITH want AS (SELECT 3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level,
+					 risk_type, region, trade_desk, sum(value) AS total, count(*) AS keys$want
+			  FROM truth_state WHERE NOT deleted GROUP BY ROLLUP (risk_type, region, trade_desk)),
+	 got AS (SELECT level, risk_type, region, trade_desk, total, keys$cols FROM t.aggregates WHERE keys <> 0)
+SELECT count(*) FROM ((SELECT * FROM want EXCEPT ALL SELECT * FROM got) UNION ALL
+					  (SELECT * FROM got EXCEPT ALL SELECT * FROM want)) m;
+SQL
+)
+			printf "%-36s %-9s %8.2f %14.3f  %s\n" "$c" "$kind" "$(echo "$t1 - $t0" | bc)" \
+				"$(echo "($c1 - $c0) * 10000 / $EVENTS" | bc -l)" "$([ "$mis" = 0 ] && echo yes || echo "NO: $mis cells differ")"
+			[ "$mis" = 0 ] || FAILED=1
+		done
+		bash tools/cluster.sh stop $D immediate >/dev/null
+	done
+done
+exit $FAILED
