@@ -33,24 +33,13 @@ SHARDS=${SHARDS:-1}
 KINDS=${KINDS:-plain measures minmax distinct}
 D=/tmp/exactonce-drain-cpu
 P=55494
-LIBDIR=$(pg_config --pkglibdir)
 COLS="key, version, value, risk_type, region, trade_desk, deleted, event_time"
 QTY="abs(value)"
 FEE="CASE WHEN version % 3 = 0 THEN NULL ELSE value / 4 END"
 CPTY="'cp' || abs(hashtext(key)) % 1000"
 FAILED=0
 
-q() { PGHOST=$D PGPORT=$P psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
-# CPU time (1/100 s) of the processes listed, from /proc/<pid>/stat
-cpu() {
-	local t=0 s f
-	for pid in ${1//,/ }; do
-		s=$(<"/proc/$pid/stat")
-		read -ra f <<<"${s##*) }"    # the fields after the process name
-		t=$((t + f[11] + f[12]))     # utime, stime
-	done
-	echo $t
-}
+. test/bench/cases.sh
 
 make -s -C tools producer >/dev/null
 mkdir -p $D.files
@@ -62,14 +51,7 @@ trap 'bash tools/cluster.sh stop $D immediate >/dev/null 2>&1 || true' EXIT
 printf "%-36s %-9s %8s %14s  %s\n" case kind seconds "CPU us/event" exact
 for _ in $(seq "$ROUNDS"); do
 	for c in "$@"; do
-		conf=""
-		if [[ $c == *.so ]]; then
-			cp "$c" "$LIBDIR/exactonce.so.tmp" && mv -f "$LIBDIR/exactonce.so.tmp" "$LIBDIR/exactonce.so"
-		elif [ "$c" != - ]; then
-			conf=$c
-		fi
-		bash tools/cluster.sh start $D $P "exactonce.database = 'postgres'" "exactonce.workers = 2" \
-			"shared_buffers = 1GB" "max_wal_size = 8GB" "$conf" >/dev/null
+		case_start "$c" "shared_buffers = 1GB" "max_wal_size = 8GB"
 		q >/dev/null <<SQL
 CREATE EXTENSION exactonce;
 CREATE TABLE ev (key text, version bigint, value numeric, risk_type text, region text, trade_desk text,
@@ -79,8 +61,7 @@ CREATE TABLE truth_state (key text, version bigint, value numeric, risk_type tex
 	trade_desk text, deleted boolean);
 COPY truth_state FROM '$D.files/truth_state.copy';
 SQL
-		until [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")" = 2 ]; do sleep 0.1; done
-		pids=$(q -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")
+		pids=$(worker_pids)
 		for kind in $KINDS; do
 			args="" extra="" sel="" cols="" want=""
 			case $kind in

@@ -28,37 +28,19 @@ TRADES=${TRADES:-400000}
 BATCH=${BATCH:-5000}
 D=/tmp/exactonce-stream
 P=55493
-LIBDIR=$(pg_config --pkglibdir)
 FAILED=0
 
-q() { PGHOST=$D PGPORT=$P psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
-# CPU time (1/100 s) of the processes listed, from /proc/<pid>/stat
-cpu() {
-	local t=0 s f
-	for pid in ${1//,/ }; do
-		s=$(<"/proc/$pid/stat")
-		read -ra f <<<"${s##*) }"    # the fields after the process name
-		t=$((t + f[11] + f[12]))     # utime, stime
-	done
-	echo $t
-}
+. test/bench/cases.sh
 
 make -s -C tools producer >/dev/null
 trap 'bash tools/cluster.sh stop $D immediate >/dev/null 2>&1 || true' EXIT
 printf "%-36s %8s %10s %12s %9s  %s\n" case seconds events/s "workers CPU" "WAL B/ev" "state: updates hot dead autovacuums pages"
 for _ in $(seq "$ROUNDS"); do
 	for c in "$@"; do
-		conf=""
-		if [[ $c == *.so ]]; then
-			cp "$c" "$LIBDIR/exactonce.so.tmp" && mv -f "$LIBDIR/exactonce.so.tmp" "$LIBDIR/exactonce.so"
-		elif [ "$c" != - ]; then
-			conf=$c
-		fi
-		bash tools/cluster.sh start $D $P "exactonce.database = 'postgres'" "exactonce.workers = 2" "$conf" >/dev/null
+		case_start "$c"
 		q -c "CREATE EXTENSION exactonce" -c "SET client_min_messages = warning" \
 			-c "SELECT exactonce.create_pipeline('trades', ARRAY['risk_type', 'region', 'trade_desk'], shards => 2)" >/dev/null
-		until [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")" = 2 ]; do sleep 0.1; done
-		pids=$(q -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")
+		pids=$(worker_pids)
 		c0=$(cpu "$pids")
 		w0=$(q -c "SELECT pg_current_wal_lsn()")
 		t0=$(date +%s.%N)
