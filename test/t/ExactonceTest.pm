@@ -183,11 +183,14 @@ sub eo_half_drain
 	eo_pause($node, $db);
 	eo_produce_aborted($node, $db, 2000);
 	eo_produce($node, $db, $from, $to);
-	eo_alter_system($node, 'exactonce.batch_size' => 50);
+	# a batch of one event per transaction: the shards are still far from
+	# the partition's end when the poll below has seen each take one and
+	# pauses them, however fast the drain and however slow the machine
+	eo_alter_system($node, 'exactonce.batch_size' => 1);
 	# a new session sees the setting once the postmaster has reloaded it,
 	# which it does after signalling the workers: each takes it at the top
 	# of its next round, before the resume below can reach it
-	$node->poll_query_until($db, "SELECT current_setting('exactonce.batch_size') = '50'")
+	$node->poll_query_until($db, "SELECT current_setting('exactonce.batch_size') = '1'")
 	  or die "the setting was not reloaded";
 	eo_resume($node, $db);
 	$node->poll_query_until($db,
