@@ -105,11 +105,47 @@ EventAttnums(Pipeline *p, TupleDesc desc, AttrNumber *attnums)
 }
 
 /*
+ * EventValueSize is the room a copy of a varlena value takes in an event's
+ * memory (EventValueCopy), or 0 for one to detoast into memory of its own.
+ */
+static Size
+EventValueSize(Datum d)
+{
+	struct varlena *v = (struct varlena *) DatumGetPointer(d);
+
+	if (VARATT_IS_EXTERNAL(v) || VARATT_IS_COMPRESSED(v))
+		return 0;
+	return MAXALIGN(VARHDRSZ + VARSIZE_ANY_EXHDR(v));
+}
+
+/*
+ * EventValueCopy copies a varlena value, with a 4-byte header, to *room,
+ * which it moves past the copy; a compressed or out-of-line one is
+ * detoasted into memory of its own.
+ */
+static Pointer
+EventValueCopy(Datum d, char **room)
+{
+	struct varlena *v = (struct varlena *) DatumGetPointer(d);
+	Size		len = VARSIZE_ANY_EXHDR(v);
+	char	   *copy = *room;
+
+	if (EventValueSize(d) == 0)
+		return (Pointer) PG_DETOAST_DATUM_COPY(d);
+	SET_VARSIZE(copy, VARHDRSZ + len);
+	memcpy(VARDATA(copy), VARDATA_ANY(v), len);
+	*room += MAXALIGN(VARHDRSZ + len);
+	return copy;
+}
+
+/*
  * EventFromSlot copies one event out of a tuple slot into the current memory
  * context.  It returns NULL, or the name of a required column that is NULL
  * or missing.  A missing deleted is false, a missing event_time is now;
  * where the row has EV_WHERE_COLUMN and it is not true, the event is a
- * tombstone.
+ * tombstone.  The event's arrays and values lie together, in one
+ * allocation: the state stage reads the events of a batch in key order,
+ * not in the order they lie, and each event then costs fewer cache lines.
  */
 const char *
 EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
@@ -117,10 +153,26 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	Datum		d;
 	bool		isnull;
 	Oid			type;
+	Size		arrays = MAXALIGN(sizeof(Datum) * Max(p->ndims, 1)) +
+	MAXALIGN(sizeof(Numeric) * p->nmeasures) + MAXALIGN(sizeof(Datum) * p->ndistinct);
+	Size		size = arrays;
+	char	   *room;
 
-	ev->dims = palloc(sizeof(Datum) * Max(p->ndims, 1));
-	ev->measures = p->nmeasures > 0 ? palloc0(sizeof(Numeric) * p->nmeasures) : NULL;
-	ev->distincts = p->ndistinct > 0 ? palloc0(sizeof(Datum) * p->ndistinct) : NULL;
+	for (int i = 0; i < EV_NATTS(p); i++)
+	{
+		if (i == EV_VERSION || i == EV_DELETED || i == EV_TIME || attnums[i] == 0)
+			continue;
+		d = slot_getattr(slot, attnums[i], &isnull);
+		if (!isnull)
+			size += EventValueSize(d);
+	}
+	room = palloc0(size);
+	ev->dims = (Datum *) room;
+	room += MAXALIGN(sizeof(Datum) * Max(p->ndims, 1));
+	ev->measures = p->nmeasures > 0 ? (Numeric *) room : NULL;
+	room += MAXALIGN(sizeof(Numeric) * p->nmeasures);
+	ev->distincts = p->ndistinct > 0 ? (Datum *) room : NULL;
+	room += MAXALIGN(sizeof(Datum) * p->ndistinct);
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
 		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p) ||
@@ -142,13 +194,13 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 		switch (i)
 		{
 			case EV_KEY:
-				ev->key = DatumGetTextPCopy(d);
+				ev->key = (text *) EventValueCopy(d, &room);
 				break;
 			case EV_VERSION:
 				ev->version = DatumGetInt64(d);
 				break;
 			case EV_VALUE:
-				ev->value = DatumGetNumericCopy(d);
+				ev->value = (Numeric) EventValueCopy(d, &room);
 				break;
 			case EV_DELETED:
 				ev->deleted = DatumGetBool(d);
@@ -158,11 +210,11 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 				break;
 			default:
 				if (i < EV_MEAS0(p))
-					ev->dims[i - EV_DIM0] = PointerGetDatum(DatumGetTextPCopy(d));
+					ev->dims[i - EV_DIM0] = PointerGetDatum(EventValueCopy(d, &room));
 				else if (i < EV_DIST0(p))
-					ev->measures[i - EV_MEAS0(p)] = DatumGetNumericCopy(d);
+					ev->measures[i - EV_MEAS0(p)] = (Numeric) EventValueCopy(d, &room);
 				else
-					ev->distincts[i - EV_DIST0(p)] = PointerGetDatum(DatumGetTextPCopy(d));
+					ev->distincts[i - EV_DIST0(p)] = PointerGetDatum(EventValueCopy(d, &room));
 				break;
 		}
 	}
