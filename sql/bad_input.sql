@@ -60,6 +60,17 @@ SELECT exactonce.flush('b');
 SELECT count(*) FROM b.state WHERE NOT deleted;
 SELECT total = 1e300 + 1e-300 + 4 + 1.25 AS exact_total, keys FROM b.aggregates WHERE level = 0;
 SELECT length(d), keys FROM b.aggregates WHERE level = 1 ORDER BY 1;
+-- long values come out of the queue whole, compressed there or not
+CREATE TABLE b_long AS SELECT repeat('c', 1990) AS k, repeat('e', 1999) AS d
+	UNION ALL SELECT string_agg(md5(i::text), ''), string_agg(md5((-i)::text), '') FROM generate_series(1, 62) i;
+BEGIN;
+INSERT INTO b.ingest (key, version, value, d) SELECT k, 1, 1, d FROM b_long;
+SELECT pg_column_compression(key) IS NOT NULL AS compressed, octet_length(key) AS bytes
+FROM b.ingest WHERE key IN (SELECT k FROM b_long) ORDER BY 1 DESC;
+COMMIT;
+SELECT exactonce.flush('b');
+SELECT count(*) AS whole FROM b.state s JOIN b_long l ON s.key = l.k AND s.d = l.d AND s.value = 1;
+DROP TABLE b_long;
 -- a version beyond the highest bigint cannot be newer than max: only the same
 INSERT INTO b.ingest (key, version, value, d) VALUES ('max', 9223372036854775807, 1, 'x');
 SELECT exactonce.flush('b');

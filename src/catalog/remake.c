@@ -16,10 +16,10 @@
  * get the queue's own); anything else, a privilege on a column, and a
  * privilege that another role granted (the owner cannot grant it again in
  * that role's name) make the command fail, naming it, as a DROP without
- * CASCADE would.  Comments are exactonce's own, and made anew.  What a relation gets anew on its own -- a
- * partition's clones of its parent's triggers and indexes, inherited
- * constraints, defaults, its own partitions, a view's query -- is left
- * out.
+ * CASCADE would.  Comments are exactonce's own, and made anew.  What a
+ * relation gets anew on its own -- a partition's clones of its parent's
+ * triggers and indexes, inherited constraints, defaults, its own
+ * partitions, a view's query -- is left out.
  *
  * The statements are made from the catalogs (pg_get_triggerdef, quoted
  * names) under the pinned search_path and run as the pipeline's owner, who

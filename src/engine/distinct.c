@@ -90,19 +90,6 @@ MemberAdd(HTAB *members, uint32 mask, Datum *dims, int col, Datum value, int64 n
 }
 
 /*
- * DistinctOfDeltas adds the leaf-cell members that n deltas change.
- */
-void
-DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members)
-{
-	for (int i = 0; i < n; i++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		DistinctOfDelta(p, deltas, i, members);
-	}
-}
-
-/*
  * DistinctOfDelta adds the leaf-cell members the i-th delta changes: it adds
  * (keys 1) or takes (keys -1) one contribution of its value.
  */

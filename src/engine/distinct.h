@@ -39,7 +39,6 @@ typedef struct MemberColumns
 } MemberColumns;
 
 extern HTAB *DistinctTableCreate(void);
-extern void DistinctOfDeltas(Pipeline *p, Delta *deltas, int n, HTAB *members);
 extern void DistinctOfDelta(Pipeline *p, Delta *deltas, int i, HTAB *members);
 extern void DistinctColumnsOf(Pipeline *p, HTAB *members, MemberColumns *cols);
 extern void DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first,

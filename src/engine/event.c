@@ -153,9 +153,9 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	Datum		d;
 	bool		isnull;
 	Oid			type;
-	Size		arrays = MAXALIGN(sizeof(Datum) * Max(p->ndims, 1)) +
-	MAXALIGN(sizeof(Numeric) * p->nmeasures) + MAXALIGN(sizeof(Datum) * p->ndistinct);
-	Size		size = arrays;
+	Size		dims_size = MAXALIGN(sizeof(Datum) * Max(p->ndims, 1));
+	Size		measures_size = MAXALIGN(sizeof(Numeric) * p->nmeasures);
+	Size		size = dims_size + measures_size + MAXALIGN(sizeof(Datum) * p->ndistinct);
 	char	   *room;
 
 	for (int i = 0; i < EV_NATTS(p); i++)
@@ -168,11 +168,9 @@ EventFromSlot(Pipeline *p, TupleTableSlot *slot, AttrNumber *attnums, Event *ev)
 	}
 	room = palloc0(size);
 	ev->dims = (Datum *) room;
-	room += MAXALIGN(sizeof(Datum) * Max(p->ndims, 1));
-	ev->measures = p->nmeasures > 0 ? (Numeric *) room : NULL;
-	room += MAXALIGN(sizeof(Numeric) * p->nmeasures);
-	ev->distincts = p->ndistinct > 0 ? (Datum *) room : NULL;
-	room += MAXALIGN(sizeof(Datum) * p->ndistinct);
+	ev->measures = p->nmeasures > 0 ? (Numeric *) (room + dims_size) : NULL;
+	ev->distincts = p->ndistinct > 0 ? (Datum *) (room + dims_size + measures_size) : NULL;
+	room += dims_size + measures_size + MAXALIGN(sizeof(Datum) * p->ndistinct);
 	for (int i = 0; i < EV_NATTS(p); i++)
 	{
 		bool		optional = i == EV_DELETED || i == EV_TIME || i >= EV_MEAS0(p) ||

@@ -366,37 +366,23 @@ RollUpLeaves(Pipeline *p, HTAB *leaves)
 }
 
 /*
- * RollUp pre-aggregates deltas per leaf cell, then the leaves into every
- * cell of the pipeline's grouping: one addition per delta and a few per
- * leaf.
- */
-static HTAB *
-RollUp(Pipeline *p, Delta *deltas, int n)
-{
-	HTAB	   *leaves = CellTableCreate();
-	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
-
-	for (int i = 0; i < n; i++)
-		LeafAdd(p, leaves, deltas, i, ext);
-	return RollUpLeaves(p, leaves);
-}
-
-/*
- * TokenAndRollUp is the token and the roll-up of n deltas in one pass, with
- * the leaf members of their distinct values where members is not NULL, so
- * that the texts of a large batch, scattered in memory, come into the CPU's
- * cache once: a delta in canonical order after the one before goes into
- * the token as it comes (the state stage yields its deltas so, map.c's
- * callers any way), and if one does not, the token is made anew from the
- * sorted deltas.  The texts of the deltas a few ahead are asked for early.
+ * TokenAndRollUp pre-aggregates n deltas per leaf cell, then the leaves into
+ * every cell of the pipeline's grouping, and returns those cells; in the
+ * same pass it adds the leaf members of their distinct values to members
+ * (unless NULL) and writes their token (unless token is NULL), so that the
+ * texts of a large batch, scattered in memory, come into the CPU's cache
+ * once.  A delta in canonical order after the one before goes into the
+ * token as it comes (the state stage yields its deltas so, map.c's callers
+ * any way); if one does not, the token is made anew from the sorted
+ * deltas.  The texts of the deltas a few ahead are asked for early.
  */
 static HTAB *
 TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token, HTAB *members)
 {
 	HTAB	   *leaves = CellTableCreate();
 	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
-	pg_cryptohash_ctx *ctx = TokenBegin(p);
-	bool		inorder = true;
+	pg_cryptohash_ctx *ctx = token != NULL ? TokenBegin(p) : NULL;
+	bool		inorder = token != NULL;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -421,7 +407,7 @@ TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token, HTAB *members)
 	}
 	if (inorder)
 		TokenEnd(ctx, token);
-	else
+	else if (token != NULL)
 	{
 		pg_cryptohash_free(ctx);
 		DeltaToken(p, deltas, n, token);
@@ -438,13 +424,8 @@ TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token, HTAB *members)
 HTAB *
 MapRollUp(Pipeline *p, Delta *deltas, int n, HTAB **members)
 {
-	*members = NULL;
-	if (p->ndistinct > 0)
-	{
-		*members = DistinctTableCreate();
-		DistinctOfDeltas(p, deltas, n, *members);
-	}
-	return RollUp(p, deltas, n);
+	*members = p->ndistinct > 0 ? DistinctTableCreate() : NULL;
+	return TokenAndRollUp(p, deltas, n, NULL, *members);
 }
 
 /*
