@@ -104,6 +104,36 @@ SELECT exactonce.map_stage('tok', ARRAY(SELECT d FROM deltas)) = :'canonical'::b
 DROP TABLE batch3, deltas;
 SELECT exactonce.drop_pipeline('tok', force => true);
 
+-- every number enters the token as its text without trailing zeros,
+-- written straight from the stored digits: numbers of every form (short
+-- and long, whole, fractions, below 1e-4, scales past their digits, signs,
+-- zeros at every scale, past 128 characters) give the token computed here
+-- from their text
+SELECT exactonce.create_pipeline('num', ARRAY['desk'], measures => ARRAY['qty']);
+CREATE TEMP TABLE numbers AS
+SELECT row_number() OVER () AS i, n::numeric AS n
+FROM unnest(ARRAY['0', '0.000', '-0.5', '1.50', '10000', '-10000.0000', '9999.9999',
+				  '0.0001', '0.00001000', '1e-30', '-1.5e-7', '123456789012345678901234567890.000100',
+				  '100000000', '0.1', '7', '-7.00', '1e100', '-1e120', '2e-200',
+				  repeat('9', 150) || '.' || repeat('1', 40),
+				  '0.' || repeat('0', 120) || '3',
+				  '12345.678900000000000000000000000000']) AS n;
+SELECT n::text AS n, round(n, 40)::text AS at_scale_40 FROM numbers WHERE i IN (2, 11) ORDER BY i;
+CREATE TEMP TABLE deltas AS
+SELECT ROW('k' || lpad(i::text, 3, '0'), 1, ARRAY['d'], n, 1,
+		   ARRAY[CASE WHEN i % 2 = 0 THEN round(n, 40) ELSE -n END], NULL)::exactonce.delta AS d
+FROM numbers;
+SELECT sha256(int8send(1) || int8send(1) || (
+		   SELECT string_agg(pg_temp.len_text((d).key) || int8send((d).version) || pg_temp.len_text((d).cell[1])
+							 || pg_temp.len_text(trim_scale((d).total)::text) || int8send((d).keys)
+							 || pg_temp.len_text(trim_scale((d).measures[1])::text),
+							 ''::bytea ORDER BY (d).key)
+		   FROM deltas)) AS canonical \gset
+SELECT exactonce.map_stage('num', ARRAY(SELECT d FROM deltas)) = :'canonical'::bytea
+	   AS numbers_hash_as_their_text;
+DROP TABLE numbers, deltas;
+SELECT exactonce.drop_pipeline('num', force => true);
+
 -- the stage functions and the wait read the latest committed state: a
 -- transaction snapshot is refused, each before it touches anything
 \set VERBOSITY terse

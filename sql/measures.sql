@@ -163,6 +163,42 @@ SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['d'], measures
 SELECT pg_temp.err($$SELECT exactonce.create_pipeline('p1', ARRAY['value_max'], min_max => ARRAY['value'])$$);
 SELECT count(*) AS pipelines FROM exactonce.pipeline;
 
+-- a batch's sums per cell, kept as integers of the terms' largest scale
+-- while they fit, come out as numeric's own sums would, display scale
+-- included: mixed scales, zero at a scale, sums past an int64 of units,
+-- terms of more than 18 decimals or 17 digits, NULL measures among them
+-- (a cell without a measure sums to 0)
+SELECT exactonce.create_pipeline('sums', ARRAY['d'], measures => ARRAY['q']);
+CREATE TEMP TABLE sum_events (key text, version bigint, value numeric, d text, q numeric);
+INSERT INTO sum_events VALUES
+	('m1', 1, 1.5, 'mix', NULL), ('m2', 1, 2.25, 'mix', 1.5), ('m3', 1, 3, 'mix', NULL),
+	('m4', 1, -0.75, 'mix', 2.50), ('m5', 1, 10.125, 'mix', NULL),
+	('z1', 1, 1.10, 'zero', 1), ('z2', 1, -1.1, 'zero', -1.000), ('z3', 1, 2.000, 'zero', NULL),
+	('z4', 1, -2, 'zero', NULL),
+	('b1', 1, 9000000000000000, 'big', 4000000000000000.5),
+	('b2', 1, 9000000000000000, 'big', 4000000000000000.5), ('b3', 1, 0.5, 'big', 1),
+	('f1', 1, 1e-20, 'fine', 0.1), ('f2', 1, 1, 'fine', 0.2), ('f3', 1, 2, 'fine', 1e-19),
+	('w1', 1, 123456789.123456789, 'wide', NULL), ('w2', 1, 1, 'wide', NULL),
+	('n1', 1, -5.5, 'neg', -1), ('n2', 1, -4.5, 'neg', -2.0), ('n3', 1, 1, 'neg', 3.00);
+INSERT INTO sums.ingest (key, version, value, d, q) SELECT * FROM sum_events;
+SELECT exactonce.flush('sums');
+SELECT a.d, a.total::text AS total, a.q_sum::text AS q_sum,
+	   a.total::text = o.total::text AND a.q_sum::text IS NOT DISTINCT FROM o.q_sum::text AS as_sql_sums
+FROM sums.aggregates a
+JOIN (SELECT d, sum(value) AS total, coalesce(sum(q), 0) AS q_sum FROM sum_events GROUP BY d) o USING (d)
+WHERE a.level = 1 ORDER BY a.d;
+-- newer versions take their values out again, in sums of their own
+INSERT INTO sums.ingest (key, version, value, d, q)
+SELECT key, 2, -value, d, q FROM sum_events WHERE key ~ '[13]$';
+SELECT exactonce.flush('sums');
+SELECT count(*) AS cells, count(*) FILTER (WHERE a.total = o.total AND a.q_sum IS NOT DISTINCT FROM o.q_sum)
+	   AS equal_to_sql_sums
+FROM sums.aggregates a
+JOIN (SELECT d, sum(CASE WHEN key ~ '[13]$' THEN -value ELSE value END) AS total, coalesce(sum(q), 0) AS q_sum
+	  FROM sum_events GROUP BY d) o USING (d)
+WHERE a.level = 1;
+SELECT exactonce.drop_pipeline('sums', force => true);
+
 SELECT exactonce.drop_pipeline('risk', force => true);
 DROP TABLE deltas;
 DROP EXTENSION exactonce;

@@ -270,37 +270,12 @@ CellTableFind(HTAB *cells, uint32 mask, Datum *dims)
 }
 
 /*
- * CellTableAdd adds a change to the cell that groups by mask with values
- * dims, and returns the cell.
+ * CellInit fills a cell new to its table, which groups by mask with values
+ * dims, with its first change.
  */
-Cell *
-CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
+void
+CellInit(Cell *cell, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
 {
-	bool		found;
-	Cell	   *cell = CellTableEnter(cells, mask, dims, NULL, 0, &found);
-
-	if (found)
-	{
-		CellChange *c = &cell->change;
-
-		c->total = NumericAdd(c->total, change->total);
-		c->keys += change->keys;
-		for (int i = 0; i < p->nmeasures; i++)
-		{
-			c->sums[i] = AddSum(c->sums[i], change->sums[i]);
-			c->counts[i] += change->counts[i];
-		}
-		for (int i = 0; i < p->ndistinct; i++)
-			c->distinct[i] += change->distinct[i];
-		for (int i = 0; change->ext && i < CELL_NEXT(p); i++)
-		{
-			if (c->ext == NULL)
-				c->ext = palloc0(sizeof(CellExtList) * CELL_NEXT(p));
-			if (change->ext[i].n > 0 || change->ext[i].more)
-				CellExtMerge(&c->ext[i], &change->ext[i], CELL_EXT_HI(p, i));
-		}
-		return cell;
-	}
 	cell->mask = mask;
 	cell->level = pg_popcount32(mask);
 	for (int i = 0; i < EXACTONCE_MAX_DIMENSIONS; i++)
@@ -313,6 +288,50 @@ CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChang
 		memcpy(cell->change.ext, change->ext, sizeof(CellExtList) * CELL_NEXT(p));
 	}
 	cell->touched = false;
+}
+
+/*
+ * CellAddCounts adds to a cell what a change brings besides its total and
+ * sums: the key and measure counts, the distinct counts and the extremes.
+ */
+void
+CellAddCounts(Cell *cell, Pipeline *p, const CellChange *change)
+{
+	CellChange *c = &cell->change;
+
+	c->keys += change->keys;
+	for (int i = 0; i < p->nmeasures; i++)
+		c->counts[i] += change->counts[i];
+	for (int i = 0; i < p->ndistinct; i++)
+		c->distinct[i] += change->distinct[i];
+	for (int i = 0; change->ext && i < CELL_NEXT(p); i++)
+	{
+		if (c->ext == NULL)
+			c->ext = palloc0(sizeof(CellExtList) * CELL_NEXT(p));
+		if (change->ext[i].n > 0 || change->ext[i].more)
+			CellExtMerge(&c->ext[i], &change->ext[i], CELL_EXT_HI(p, i));
+	}
+}
+
+/*
+ * CellTableAdd adds a change to the cell that groups by mask with values
+ * dims, and returns the cell.
+ */
+Cell *
+CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change)
+{
+	bool		found;
+	Cell	   *cell = CellTableEnter(cells, mask, dims, NULL, 0, &found);
+
+	if (!found)
+	{
+		CellInit(cell, p, mask, dims, change);
+		return cell;
+	}
+	cell->change.total = NumericAdd(cell->change.total, change->total);
+	for (int i = 0; i < p->nmeasures; i++)
+		cell->change.sums[i] = AddSum(cell->change.sums[i], change->sums[i]);
+	CellAddCounts(cell, p, change);
 	return cell;
 }
 

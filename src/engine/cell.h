@@ -100,6 +100,8 @@ extern void *CellTableEnter(HTAB *table, uint32 mask, Datum *dims, const char *s
 							int suffixlen, bool *found);
 extern HTAB *CellTableCreate(void);
 extern Cell *CellTableFind(HTAB *cells, uint32 mask, Datum *dims);
+extern void CellInit(Cell *cell, Pipeline *p, uint32 mask, Datum *dims, const CellChange *change);
+extern void CellAddCounts(Cell *cell, Pipeline *p, const CellChange *change);
 extern Cell *CellTableAdd(HTAB *cells, Pipeline *p, uint32 mask, Datum *dims,
 						  const CellChange *change);
 extern void CellColumnsOf(Pipeline *p, HTAB *cells, CellColumns *cols);

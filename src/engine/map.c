@@ -30,6 +30,7 @@
 #include "engine/map.h"
 #include "engine/progress.h"
 #include "utils/fault.h"
+#include "utils/decimal.h"
 
 /* how many deltas ahead TokenAndRollUp asks for the texts */
 #define MAP_PREFETCH 8
@@ -138,13 +139,13 @@ HashInt64(pg_cryptohash_ctx *ctx, int64 v)
 static void
 HashNumeric(pg_cryptohash_ctx *ctx, Numeric n)
 {
-	char	   *num = numeric_normalize(n);
-	size_t		slen = strlen(num);
+	char		room[DECIMAL_ROOM];
+	size_t		slen;
+	const char *num = DecimalText(n, room, &slen);
 	uint32		len = pg_hton32(slen);
 
 	HashBytes(ctx, &len, sizeof(len));
 	HashBytes(ctx, num, slen);
-	pfree(num);
 }
 
 /*
@@ -316,6 +317,83 @@ DeltaChange(Pipeline *p, Delta *d, int i, CellChange *change, CellExtList *ext)
 }
 
 /*
+ * A leaf cell, with its total and measure sums (slot 0, then 1 + j) kept as
+ * Decimals while they fit, scaled integers that add without allocating:
+ * a batch adds numbers to its leaves for each of its deltas, and makes
+ * numerics of their sums once (decimal.c).
+ */
+typedef struct LeafCell
+{
+	Cell		cell;			/* must be first */
+	Decimal		sums[1 + EXACTONCE_MAX_MEASURES];
+	bool		scaled[1 + EXACTONCE_MAX_MEASURES]; /* sums[s] is slot s's sum */
+	bool		ahead[1 + EXACTONCE_MAX_MEASURES];	/* which the cell lacks */
+#ifdef USE_ASSERT_CHECKING
+	Numeric		check[1 + EXACTONCE_MAX_MEASURES];	/* numeric_add()'s sums */
+#endif
+} LeafCell;
+
+/*
+ * LeafSum is where slot s of a leaf's change is: the total or a sum (NULL:
+ * none yet).
+ */
+static Numeric *
+LeafSum(LeafCell *leaf, int s)
+{
+	return s == 0 ? &leaf->cell.change.total : &leaf->cell.change.sums[s - 1];
+}
+
+/*
+ * LeafSettle puts the sum of slot s into the leaf's change, where its
+ * Decimal is ahead of it.
+ */
+static void
+LeafSettle(LeafCell *leaf, int s)
+{
+	if (leaf->ahead[s])
+		*LeafSum(leaf, s) = DecimalNumeric(&leaf->sums[s]);
+	leaf->ahead[s] = false;
+#ifdef USE_ASSERT_CHECKING
+	if (*LeafSum(leaf, s) != NULL)
+		Assert(strcmp(DatumGetCString(DirectFunctionCall1(numeric_out,
+														  NumericGetDatum(*LeafSum(leaf, s)))),
+					  DatumGetCString(DirectFunctionCall1(numeric_out,
+														  NumericGetDatum(leaf->check[s])))) == 0);
+#endif
+}
+
+/*
+ * LeafSumAdd adds x (NULL: none) to slot s of a leaf: to its Decimal
+ * where both fit, else as a numeric.
+ */
+static void
+LeafSumAdd(LeafCell *leaf, int s, Numeric x)
+{
+	Numeric    *sum = LeafSum(leaf, s);
+	bool		first = *sum == NULL;
+	Decimal		sx;
+
+	if (x == NULL)
+		return;
+	if (first)
+	{
+		*sum = x;
+		leaf->scaled[s] = DecimalOf(x, &leaf->sums[s]);
+	}
+	else if (leaf->scaled[s] && DecimalOf(x, &sx) && DecimalAdd(&leaf->sums[s], &sx))
+		leaf->ahead[s] = true;
+	else
+	{
+		LeafSettle(leaf, s);
+		leaf->scaled[s] = false;
+		*sum = NumericAdd(*sum, x);
+	}
+#ifdef USE_ASSERT_CHECKING
+	leaf->check[s] = first ? x : NumericAdd(leaf->check[s], x);
+#endif
+}
+
+/*
  * LeafAdd adds the change of the i-th delta to its leaf cell, the cell
  * that groups by every dimension; ext, with min_max, is scratch space for
  * its lists.
@@ -324,9 +402,23 @@ static void
 LeafAdd(Pipeline *p, HTAB *leaves, Delta *deltas, int i, CellExtList *ext)
 {
 	CellChange	change;
+	bool		found;
+	LeafCell   *leaf;
 
 	DeltaChange(p, &deltas[i], i, &change, ext);
-	CellTableAdd(leaves, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
+	leaf = CellTableEnter(leaves, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, NULL, 0, &found);
+	if (!found)
+	{
+		CellInit(&leaf->cell, p, CELL_LEVEL_MASK(p->ndims), deltas[i].cell, &change);
+		leaf->cell.change.total = NULL;
+		memset(leaf->cell.change.sums, 0, sizeof(leaf->cell.change.sums));
+		memset(leaf->ahead, 0, sizeof(leaf->ahead));
+	}
+	else
+		CellAddCounts(&leaf->cell, p, &change);
+	LeafSumAdd(leaf, 0, change.total);
+	for (int j = 0; j < p->nmeasures; j++)
+		LeafSumAdd(leaf, 1 + j, change.sums[j]);
 }
 
 /*
@@ -344,8 +436,12 @@ RollUpLeaves(Pipeline *p, HTAB *leaves)
 	hash_seq_init(&seq, leaves);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
 	{
+		CellChange	above;
+
+		for (int s = 0; s <= p->nmeasures; s++)
+			LeafSettle((LeafCell *) leaf, s);
 		/* above the leaves a list's first value is all extrema.c reads */
-		CellChange	above = leaf->change;
+		above = leaf->change;
 
 		if (above.ext != NULL)
 		{
@@ -379,7 +475,7 @@ RollUpLeaves(Pipeline *p, HTAB *leaves)
 static HTAB *
 TokenAndRollUp(Pipeline *p, Delta *deltas, int n, uint8 *token, HTAB *members)
 {
-	HTAB	   *leaves = CellTableCreate();
+	HTAB	   *leaves = CellTableCreateOf(sizeof(LeafCell));
 	CellExtList *ext = p->any_min_max ? palloc(sizeof(CellExtList) * CELL_NEXT(p)) : NULL;
 	pg_cryptohash_ctx *ctx = token != NULL ? TokenBegin(p) : NULL;
 	bool		inorder = token != NULL;

@@ -61,6 +61,7 @@
 #include "engine/state.h"
 #include "utils/fault.h"
 #include "utils/keyprobe.h"
+#include "utils/decimal.h"
 #include "utils/rowbatch.h"
 
 /* how many events ahead the key loop asks the cache for their keys */
@@ -246,6 +247,20 @@ NumericNeg(Numeric a)
 }
 
 /*
+ * AppendDecimalText appends a number's canonical text and a NUL.
+ */
+static void
+AppendDecimalText(StringInfo buf, Numeric n)
+{
+	char		room[DECIMAL_ROOM];
+	size_t		len;
+	const char *s = DecimalText(n, room, &len);
+
+	appendBinaryStringInfo(buf, s, len);
+	appendStringInfoChar(buf, '\0');
+}
+
+/*
  * ContentDigest hashes what makes an event's content: value and measures
  * (normalised, so 1.0 and 1.00 agree), dimensions and the tombstone flag.
  * event_time is arrival metadata, not content.
@@ -257,8 +272,7 @@ ContentDigest(Pipeline *p, Event *ev)
 	uint64		h;
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, numeric_normalize(ev->value));
-	appendStringInfoChar(&buf, '\0');
+	AppendDecimalText(&buf, ev->value);
 	for (int i = 0; i < p->ndims; i++)
 	{
 		text	   *t = (text *) DatumGetPointer(ev->dims[i]);
@@ -276,8 +290,7 @@ ContentDigest(Pipeline *p, Event *ev)
 		else
 		{
 			appendStringInfoChar(&buf, '=');
-			appendStringInfoString(&buf, numeric_normalize(ev->measures[i]));
-			appendStringInfoChar(&buf, '\0');
+			AppendDecimalText(&buf, ev->measures[i]);
 		}
 	}
 	for (int i = 0; i < p->ndistinct; i++)
@@ -885,7 +898,8 @@ WriteSeen(StateWork *w)
 /*
  * TooLarge tells whether a value is so large that sums of it could overflow
  * numeric (about 1e131072): a sum that fails in reduce would block the
- * pipeline for good, so such values are refused here, one by one.
+ * pipeline for good, so such values are refused here, one by one.  The
+ * stored weight rules out nearly every value before any comparison.
  */
 static bool
 TooLarge(Numeric value)
@@ -904,6 +918,8 @@ TooLarge(Numeric value)
 		neglimit = NumericNeg(limit);
 		MemoryContextSwitchTo(old);
 	}
+	if (DecimalSurelyBelow(value, EXACTONCE_MAX_MAGNITUDE))
+		return false;
 	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(value),
 											 NumericGetDatum(limit))) >= 0 ||
 		DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(value),
