@@ -175,10 +175,14 @@ REVOKE SELECT ON q.ingest_1 FROM regress_q_other;
 RESET ROLE;
 REVOKE USAGE ON SCHEMA q FROM regress_q_monitor;
 DROP ROLE regress_q_other;
--- and so do storage parameters
+-- and so do storage parameters; a comment is exactonce's own, made anew
 ALTER TABLE q.ingest_1_0 SET (autovacuum_enabled = true, toast_tuple_target = 256);
+SELECT obj_description('q.ingest_1_0'::regclass, 'pg_class') AS exactonce_comment \gset
+COMMENT ON TABLE q.ingest_1_0 IS 'a DBA''s note';
 SELECT exactonce.set_shards('q', 3);
 SELECT reloptions FROM pg_class WHERE oid = 'q.ingest_1_0'::regclass;
+SELECT obj_description('q.ingest_1_0'::regclass, 'pg_class') IS NOT DISTINCT FROM :'exactonce_comment'
+	   AS comment_made_anew;
 ALTER TABLE q.ingest_1_0 SET (autovacuum_enabled = false);
 ALTER TABLE q.ingest_1_0 RESET (toast_tuple_target);
 SELECT tgrelid::regclass, tgname FROM pg_trigger WHERE tgname = 'q_truncated';
