@@ -1,7 +1,8 @@
 # test/bench/cases.sh: what the benchmarks that compare cases share
 # (stream.sh, drain-cpu.sh); sourced, with D and P set to the throwaway
 # cluster's directory and port.  A case is a line for postgresql.conf, a
-# path to an exactonce.so to install for the run, or "-" for neither.
+# path to an exactonce.so to install for the run, "sql:STATEMENTS" that
+# drain-cpu.sh runs once its pipeline is made, or "-" for none of these.
 
 q() { PGHOST=$D PGPORT=$P psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
 
@@ -26,7 +27,7 @@ case_start() {
 		local lib
 		lib=$(pg_config --pkglibdir)/exactonce.so
 		cp "$c" "$lib.tmp" && mv -f "$lib.tmp" "$lib"
-	elif [ "$c" != - ]; then
+	elif [ "$c" != - ] && [[ $c != sql:* ]]; then
 		conf=$c
 	fi
 	bash tools/cluster.sh start $D $P "exactonce.database = 'postgres'" "exactonce.workers = 2" "$@" "$conf" >/dev/null

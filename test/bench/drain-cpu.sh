@@ -7,8 +7,9 @@
 # pipeline of SHARDS shards (default 1) is made, paused, loaded with the
 # events of tools/producer (EVENTS, default 1,000,000 over TRADES =
 # 200,000 keys), resumed and timed until all is applied.  It prints the
-# seconds, the CPU the workers used per event (from /proc), and checks
-# the aggregates against the producer's truth.  KINDS (default "plain
+# seconds, the CPU the workers used per event (from /proc), what became of
+# state (its updates, how many were HOT, its pages), and checks the
+# aggregates against the producer's truth.  KINDS (default "plain
 # measures minmax distinct"):
 #   plain     the three dimensions only
 #   measures  and measures qty = |value| and fee = value / 4 (none on every
@@ -19,14 +20,16 @@
 #   bash test/bench/drain-cpu.sh [ROUNDS] CASE...
 #
 # where a CASE is a line for postgresql.conf, a path to an exactonce.so to
-# install for the run (the library installed last stays), or "-" for
-# neither.  Run as root or as the postgres OS user, after "make install".
+# install for the run (the library installed last stays), "sql:STATEMENTS"
+# to run once the pipeline t is made ("sql:ALTER TABLE t.state SET
+# (fillfactor = 33)"), or "-" for none.  Run as root or as the postgres OS
+# user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ROUNDS=1
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
-[ $# -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,26p' "$0"; exit 2; }
 EVENTS=${EVENTS:-1000000}
 TRADES=${TRADES:-200000}
 SHARDS=${SHARDS:-1}
@@ -48,7 +51,7 @@ tools/producer --quiet --events "$EVENTS" --trades "$TRADES" --output $D.files/e
 	--truth-state-file $D.files/truth_state.copy >/dev/null
 chmod a+r $D.files/*.copy
 trap 'bash tools/cluster.sh stop $D immediate >/dev/null 2>&1 || true' EXIT
-printf "%-36s %-9s %8s %14s  %s\n" case kind seconds "CPU us/event" exact
+printf "%-36s %-9s %8s %14s %22s  %s\n" case kind seconds "CPU us/event" "state: upd. HOT pages" exact
 for _ in $(seq "$ROUNDS"); do
 	for c in "$@"; do
 		case_start "$c" "shared_buffers = 1GB" "max_wal_size = 8GB"
@@ -83,6 +86,7 @@ SET client_min_messages = warning;
 SELECT exactonce.drop_pipeline('t', force => true) FROM exactonce.pipeline WHERE name = 't';
 SELECT exactonce.create_pipeline('t', ARRAY['risk_type', 'region', 'trade_desk'], shards => $SHARDS$args);
 SELECT exactonce.pause('t');
+$([[ $c == sql:* ]] && echo "${c#sql:};")
 INSERT INTO t.ingest ($COLS$extra) SELECT $COLS$sel FROM ev;
 CHECKPOINT;
 SQL
@@ -92,6 +96,9 @@ SQL
 			until [ "$(q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 't'")" = t ]; do sleep 0.02; done
 			t1=$(date +%s.%N)
 			c1=$(cpu "$pids")
+			sleep 0.7    # the statistics of the last transactions
+			st=$(q -c "SELECT concat_ws(' ', n_tup_upd, round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1)) || '%',
+				pg_relation_size(relid) / 8192) FROM pg_stat_user_tables WHERE relid = 't.state'::regclass")
 			mis=$(q <<SQL
 WITH want AS (SELECT 3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level,
 					 risk_type, region, trade_desk, sum(value) AS total, count(*) AS keys$want
@@ -101,8 +108,8 @@ SELECT count(*) FROM ((SELECT * FROM want EXCEPT ALL SELECT * FROM got) UNION AL
 					  (SELECT * FROM got EXCEPT ALL SELECT * FROM want)) m;
 SQL
 )
-			printf "%-36s %-9s %8.2f %14.3f  %s\n" "$c" "$kind" "$(echo "$t1 - $t0" | bc)" \
-				"$(echo "($c1 - $c0) * 10000 / $EVENTS" | bc -l)" "$([ "$mis" = 0 ] && echo yes || echo "NO: $mis cells differ")"
+			printf "%-36s %-9s %8.2f %14.3f %22s  %s\n" "$c" "$kind" "$(echo "$t1 - $t0" | bc)" \
+				"$(echo "($c1 - $c0) * 10000 / $EVENTS" | bc -l)" "$st" "$([ "$mis" = 0 ] && echo yes || echo "NO: $mis cells differ")"
 			[ "$mis" = 0 ] || FAILED=1
 		done
 		bash tools/cluster.sh stop $D immediate >/dev/null
