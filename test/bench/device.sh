@@ -32,6 +32,9 @@
 #             four such producers at 250,000 events/s each (1M offered)
 #             into four pipelines at 32GB.                           (31: 4)
 #
+# STATE_FILLFACTOR=N sets the fillfactor of each single-cluster pipeline's
+# state once it is made (50 by default; see "A row version another shard's
+# batch still may see" in docs/performance.md).
 # SECTIONS picks some ("scale dist"); EXTRA_CONF adds lines to the single
 # cluster's postgresql.conf ('commit_delay = 4000\ncommit_siblings = 0'
 # makes every commit wait 4 ms, as a slow disk's would); ROUNDS=N repeats the defaults and
@@ -198,11 +201,17 @@ timeline() {
 			(p90 > p10 ? sprintf("%d events/s from 10%% to 90%%", (e90 - e10) / ((p90 - p10) / 1000)) : "10% to 90% in one look") }' "$W/timeline"
 }
 
+# made NAME: what follows the making of pipeline NAME (STATE_FILLFACTOR)
+made() {
+	[ -z "${STATE_FILLFACTOR:-}" ] || q -c "ALTER TABLE $1.state SET (fillfactor = $STATE_FILLFACTOR)" >/dev/null
+}
+
 # drain NAME SHARDS-ARGUMENT: the workers' drain of the pre-loaded queue;
 # sets RATE
 drain() {
 	local p=$1 t0 s l0 wal diff
 	q -c "SELECT exactonce.create_pipeline('$p', $DIMS$2)" >/dev/null
+	made "$p"
 	q -c "SELECT exactonce.pause('$p')" >/dev/null
 	q -c "COPY $p.ingest ($COLS) FROM '$W/events.copy'"
 	q -c CHECKPOINT
@@ -256,6 +265,7 @@ if [[ " $SECTIONS " == *" scale "* ]]; then
 		fi
 	done
 	q -c "SELECT exactonce.create_pipeline('e2e', $DIMS, shards => 16)" >/dev/null
+	made e2e
 	q -c CHECKPOINT
 	l0=$(q -c "SELECT pg_current_wal_lsn()")
 	t0=$(t)
@@ -444,6 +454,7 @@ if [[ " $SECTIONS " == *" latency "* ]]; then
 			server $sb "$TUNED"
 			commit_probe
 			q -c "SELECT exactonce.create_pipeline('lat', $DIMS, shards => 4)" >/dev/null
+			made lat
 			[ "$r" = 1 ] && { waits "$W/waits-lat" & sampler=$!; }
 			producer -q -p lat --events "$LAT_EVENTS" --trades $((LAT_EVENTS / 5)) --rate 50000 --batch 1000 --seed 7 -T lat_truth \
 				>/dev/null 2>"$W/producer.err" || tail -2 "$W/producer.err"
@@ -467,6 +478,7 @@ if [[ " $SECTIONS " == *" latency "* ]]; then
 		pids=()
 		for i in 1 2 3 4; do
 			q -c "SELECT exactonce.create_pipeline('m$i', $DIMS, shards => 4)" >/dev/null
+			made "m$i"
 		done
 		for i in 1 2 3 4; do
 			producer -q -p m$i --events $M_EVENTS --trades $((M_EVENTS / 5)) --rate 250000 --batch 1000 --seed $i -T m${i}_truth \
