@@ -21,6 +21,7 @@
 
 #include "catalog/utility.h"
 #include "distributed/move.h"
+#include "distributed/route.h"
 #include "engine/drain.h"
 #include "engine/feed.h"
 #include "utils/fault.h"
@@ -42,6 +43,7 @@ _PG_init(void)
 	FaultInit();
 	FeedInit();
 	MoveInit();
+	RouteInit();
 	UtilityInit();
 	WorkerInit();
 	MarkGUCPrefixReserved("exactonce");

@@ -58,6 +58,7 @@
 
 #include "catalog/statement.h"
 #include "distributed/coordinator.h"
+#include "distributed/forward.h"
 #include "distributed/link.h"
 #include "distributed/node.h"
 
@@ -132,12 +133,28 @@ RemoteOpen(Relation rel)
 }
 
 /*
+ * ForwardIngestLink checks a partition of a coordinator's ingest, a foreign
+ * table of exactonce_forward, and returns the link to its node.
+ */
+Link *
+ForwardIngestLink(Relation rel)
+{
+	Remote		r = RemoteOpen(rel);
+
+	if (r.table_name != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("foreign table \"%s.%s\" cannot be inserted into", r.pipeline, RelationGetRelationName(rel)),
+				 errdetail("It reads a node's %s; only the partitions of ingest take events.", r.table_name)));
+	return r.link;
+}
+
+/*
  * TargetOpen readies a partition of ingest for the events routed to it.
  */
 static Target *
 TargetOpen(Relation rel, CmdType operation)
 {
-	Remote		r;
 	Target	   *t;
 	TupleDesc	desc = RelationGetDescr(rel);
 	StringInfoData sql;
@@ -147,19 +164,13 @@ TargetOpen(Relation rel, CmdType operation)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("events in \"%s\" can only be inserted", RelationGetRelationName(rel)),
 				 errdetail("It is the coordinator's queue of a distributed pipeline; its nodes hold the events.")));
-	r = RemoteOpen(rel);
-	if (r.table_name != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("foreign table \"%s.%s\" cannot be inserted into", r.pipeline, RelationGetRelationName(rel)),
-				 errdetail("It reads a node's %s; only the partitions of ingest take events.", r.table_name)));
 	t = palloc0(sizeof(Target));
-	t->link = r.link;
+	t->link = ForwardIngestLink(rel);
 	t->attnums = palloc(sizeof(AttrNumber) * desc->natts);
 	t->send = palloc(sizeof(FmgrInfo) * desc->natts);
 	t->types = palloc(sizeof(Oid) * desc->natts);
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(r.pipeline));
+	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(get_namespace_name(RelationGetNamespace(rel))));
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -179,28 +190,6 @@ TargetOpen(Relation rel, CmdType operation)
 	t->copy_sql = sql.data;
 	t->rowcxt = AllocSetContextCreate(CurrentMemoryContext, "exactonce forward row", ALLOCSET_DEFAULT_SIZES);
 	return t;
-}
-
-/*
- * TargetCopy makes sure a COPY of the target's columns is open on its link.
- */
-static void
-TargetCopy(Target *t)
-{
-	static const char header[] = "PGCOPY\n\377\r\n";
-	Link	   *link = t->link;
-	uint32		zero = 0;
-
-	if (link->copying && strcmp(link->copy_sql, t->copy_sql) == 0)
-		return;
-	LinkStartCopy(link, t->copy_sql);
-	if (link->copy_sql)
-		pfree(link->copy_sql);
-	link->copy_sql = MemoryContextStrdup(TopMemoryContext, t->copy_sql);
-	resetStringInfo(&link->buf);
-	appendBinaryStringInfo(&link->buf, header, sizeof(header)); /* with its \0 */
-	appendBinaryStringInfo(&link->buf, (char *) &zero, sizeof(zero));	/* flags */
-	appendBinaryStringInfo(&link->buf, (char *) &zero, sizeof(zero));	/* extension */
 }
 
 /*
@@ -233,7 +222,7 @@ ForwardInsert(EState *estate, ResultRelInfo *rinfo, TupleTableSlot *slot, TupleT
 	int16		n = pg_hton16((int16) t->natts);
 	static const int32 null = -1;
 
-	TargetCopy(t);
+	LinkCopy(t->link, t->copy_sql, true);
 	slot_getallattrs(slot);
 	old = MemoryContextSwitchTo(t->rowcxt);
 	appendBinaryStringInfo(buf, (char *) &n, sizeof(n));

@@ -149,7 +149,8 @@ LinkSendCopyEnd(Link *link)
 
 	if (!link->copying)
 		return;
-	appendBinaryStringInfo(&link->buf, (char *) &t, sizeof(t));
+	if (link->binary)
+		appendBinaryStringInfo(&link->buf, (char *) &t, sizeof(t));
 	LinkPut(link);
 	link->copying = false;
 	if (PQputCopyEnd(link->conn, NULL) != 1)
@@ -230,16 +231,34 @@ LinkStart(Link *link, const char *sql)
 }
 
 /*
- * LinkStartCopy sends the statement of a COPY into the node, and does not
- * wait for the node to start it: LinkPut does, before the first data.
+ * LinkCopy makes sure a COPY into the node by statement sql, in binary
+ * format or text, is open on a link: if another is, it is ended first.  The
+ * statement is sent without waiting for the node to start the COPY:
+ * LinkPut does, before the first data.
  */
 void
-LinkStartCopy(Link *link, const char *sql)
+LinkCopy(Link *link, const char *sql, bool binary)
 {
+	static const char header[] = "PGCOPY\n\377\r\n";
+	uint32		zero = 0;
+
+	if (link->copying && strcmp(link->copy_sql, sql) == 0)
+		return;
 	LinkSend(link, sql);
 	if (PQflush(link->conn) < 0)
 		LinkLost(link);
 	link->copying = link->starting = true;
+	link->binary = binary;
+	if (link->copy_sql)
+		pfree(link->copy_sql);
+	link->copy_sql = MemoryContextStrdup(TopMemoryContext, sql);
+	resetStringInfo(&link->buf);
+	if (binary)
+	{
+		appendBinaryStringInfo(&link->buf, header, sizeof(header)); /* with its \0 */
+		appendBinaryStringInfo(&link->buf, (char *) &zero, sizeof(zero));	/* flags */
+		appendBinaryStringInfo(&link->buf, (char *) &zero, sizeof(zero));	/* extension */
+	}
 }
 
 /*

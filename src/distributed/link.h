@@ -33,6 +33,7 @@ typedef struct Link
 	bool		copying;		/* a COPY into the node's queue is open */
 	bool		starting;		/* ... and the node has not answered yet */
 	bool		ending;			/* a COPY was ended; its result is due */
+	bool		binary;			/* the COPY open is in binary format */
 	char	   *copy_sql;		/* its statement, in TopMemoryContext */
 	bool		doomed;			/* events of this transaction were lost */
 	bool		stale;			/* server or mapping changed: reconnect */
@@ -43,7 +44,7 @@ extern Link *LinkGet(Oid owner, const char *servername);
 extern void LinkPut(Link *link);
 extern void LinkEndCopies(void);
 extern void LinkStart(Link *link, const char *sql);
-extern void LinkStartCopy(Link *link, const char *sql);
+extern void LinkCopy(Link *link, const char *sql, bool binary);
 extern void LinkLost(Link *link) pg_attribute_noreturn();
 
 #endif							/* EXACTONCE_LINK_H */

@@ -6,8 +6,10 @@
 #   1. into a pipeline on the single node (COPY into its queue);
 #   2. through the coordinator into the two nodes (COPY into the
 #      coordinator's ingest, which routes each event by the hash of its key
-#      and sends each node its events in one COPY), and 2b. the same with
-#      one INSERT ... SELECT;
+#      and sends each node its events in one COPY); 2c. what that COPY
+#      costs the coordinator's backend, routed by key and parsed there
+#      (exactonce.route_copy on and off), into paused nodes; 2b. the same
+#      with one INSERT ... SELECT;
 #   3. straight into the two nodes, each getting the keys of its hash
 #      partition, two COPYs at once;
 # each with the workers draining as the events arrive, timed from the start
@@ -122,9 +124,25 @@ NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
 t1=$(now)
 report "2. two nodes, through the coordinator, COPY" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" coordinator
 
+# 2c. what the coordinator's backend spends on that COPY: routed by key
+# (exactonce.route_copy, the default) and parsed there, into paused nodes
+psql_on "${C[@]}" -c "SELECT exactonce.pause('dtrades')" >/dev/null
+for mode in on off; do
+	ticks=$(psql_on "${C[@]}" <<SQL
+SELECT pg_backend_pid() AS pid \gset
+\setenv BPID :pid
+SET exactonce.route_copy = $mode;
+COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events.copy';
+\! awk '{ print \$14 + \$15 }' /proc/\$BPID/stat
+SQL
+	)
+	printf '%-58s %10s us of CPU per event\n' "2c. its coordinator backend, exactonce.route_copy = $mode" \
+		"$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$EVENTS" 'BEGIN { printf "%.2f", t / hz / n * 1e6 }')"
+done
+
 # fresh pipelines on the nodes for the next run
 recreate() {
-	psql_on "${C[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('dtrades')" \
+	psql_on "${C[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('dtrades', force => true)" \
 		-c "SELECT exactonce.create_distributed_pipeline('dtrades', $DIMS, ARRAY['node1', 'node2']::name[])" >/dev/null
 }
 

@@ -1,0 +1,421 @@
+/*-------------------------------------------------------------------------
+ *
+ * route.c
+ *		A producer's COPY into a coordinator's ingest, routed line by line
+ *		by its key, without parsing the rest.
+ *
+ * PostgreSQL's COPY into the coordinator's ingest parses every field of
+ * every line with its type's input function (a timestamptz's is dear), to
+ * route the row by its key and hand it to exactonce_forward, which sends it
+ * on in binary; the node parses nothing more.  Most of that work is for
+ * nothing: the coordinator needs only the key.  So, with the library
+ * preloaded, a COPY FROM STDIN or a server file into a distributed
+ * pipeline's ingest splits each line into its fields as COPY does
+ * (NextCopyFromRawFields: the format's quoting and escapes, the client's
+ * encoding), hashes the key as
+ * the hash partitioning does, finds its partition, and appends the fields
+ * as a line of text to the COPY open on that partition's node, on the link
+ * exactonce_forward uses (ForwardIngestLink: the same checks, the same
+ * connection, the pipeline's owner, the producer's transaction).  The
+ * node's COPY parses the fields, as it would if fed directly, and refuses a
+ * bad one with its error.
+ *
+ * It takes the path only where it changes nothing else: text or CSV, every
+ * column of ingest given (no default to compute at the coordinator), no
+ * WHERE, no trigger on ingest or a partition, no row-level security, every
+ * partition a table of exactonce_forward; and the rights to insert are
+ * checked as COPY checks them.  Anything else, and exactonce.route_copy
+ * off, goes to PostgreSQL's COPY, as before.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/copy.h"
+#include "commands/defrem.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "foreign/foreign.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_node.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/syscache.h"
+
+#include "catalog/statement.h"
+#include "distributed/coordinator.h"
+#include "distributed/forward.h"
+#include "distributed/route.h"
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+static bool exactonce_route_copy = true;
+
+/*
+ * CopyOptionsPlain says whether a COPY's options are ones the raw fields
+ * carry whole: text or CSV, their delimiter, NULL string, quoting, header
+ * and encoding.  FORCE_NULL and FORCE_NOT_NULL act after the split, FREEZE
+ * on a local table, binary has no text to split.
+ */
+static bool
+CopyOptionsPlain(List *options)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = lfirst_node(DefElem, lc);
+
+		if (strcmp(def->defname, "format") == 0)
+		{
+			if (def->arg == NULL || strcmp(defGetString(def), "binary") == 0)
+				return false;
+		}
+		else if (strcmp(def->defname, "delimiter") != 0 && strcmp(def->defname, "null") != 0 &&
+				 strcmp(def->defname, "header") != 0 && strcmp(def->defname, "quote") != 0 &&
+				 strcmp(def->defname, "escape") != 0 && strcmp(def->defname, "encoding") != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * IngestRoutable says whether rel, opened, is a distributed pipeline's
+ * ingest that this path serves as PostgreSQL's COPY would: hash
+ * partitioned by a text key, every partition a table of exactonce_forward,
+ * no trigger, no row-level security.
+ */
+static bool
+IngestRoutable(Relation rel)
+{
+	PartitionKey key;
+	PartitionDesc pd;
+	Distributed d;
+	bool		ours;
+	int			nestlevel;
+	Oid			fdw = InvalidOid;
+
+	if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE ||
+		strcmp(RelationGetRelationName(rel), "ingest") != 0 || rel->trigdesc != NULL ||
+		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+		return false;
+	key = RelationGetPartitionKey(rel);
+	if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 ||
+		key->partattrs[0] == 0 || key->parttypid[0] != TEXTOID)
+		return false;
+	pd = RelationGetPartitionDesc(rel, true);
+	if (pd->nparts == 0)
+		return false;
+	for (int i = 0; i < pd->nparts; i++)
+	{
+		HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(pd->oids[i]));
+		Form_pg_class form;
+		bool		plain;
+
+		if (!HeapTupleIsValid(tup))
+			return false;
+		form = (Form_pg_class) GETSTRUCT(tup);
+		plain = form->relkind == RELKIND_FOREIGN_TABLE && !form->relhastriggers;
+		ReleaseSysCache(tup);
+		if (!plain)
+			return false;
+		if (!OidIsValid(fdw))
+		{
+			ForeignDataWrapper *w = GetForeignDataWrapperByName("exactonce_forward", true);
+
+			if (w == NULL)
+				return false;
+			fdw = w->fdwid;
+		}
+		if (GetForeignServer(GetForeignTable(pd->oids[i])->serverid)->fdwid != fdw)
+			return false;
+	}
+	SPI_connect();
+	nestlevel = StatementPinSearchPath();
+	ours = CoordinatorLoad(get_namespace_name(RelationGetNamespace(rel)), &d) &&
+		d.owner == rel->rd_rel->relowner;
+	StatementUnpinSearchPath(nestlevel);
+	SPI_finish();
+	return ours;
+}
+
+/*
+ * AppendText appends a field as COPY's text format writes it.  The server's
+ * encoding keeps ASCII bytes ASCII, so bytes alone tell what to escape.
+ */
+static void
+AppendText(StringInfo buf, const char *s)
+{
+	const char *start = s;
+
+	if (s == NULL)
+	{
+		appendBinaryStringInfo(buf, "\\N", 2);
+		return;
+	}
+	for (; *s; s++)
+	{
+		char		c;
+
+		switch (*s)
+		{
+			case '\\':
+				c = '\\';
+				break;
+			case '\t':
+				c = 't';
+				break;
+			case '\n':
+				c = 'n';
+				break;
+			case '\r':
+				c = 'r';
+				break;
+			default:
+				continue;
+		}
+		appendBinaryStringInfo(buf, start, s - start);
+		appendStringInfoChar(buf, '\\');
+		appendStringInfoChar(buf, c);
+		start = s + 1;
+	}
+	appendBinaryStringInfo(buf, start, s - start);
+}
+
+/*
+ * RouteCopy runs a COPY FROM STDIN or a file into a distributed pipeline's ingest
+ * (see the top of the file), and returns how many events it sent; or -1,
+ * having read nothing, where PostgreSQL's COPY is to run it.
+ */
+static int64
+RouteCopy(CopyStmt *stmt, const char *query)
+{
+	Relation	rel;
+	Oid			relid;
+	List	   *attnums;
+	TupleDesc	desc;
+	RangeTblEntry *rte;
+	ParseState *pstate;
+	CopyFromState cstate;
+	ErrorContextCallback errcallback;
+	PartitionKey key;
+	PartitionDesc pd;
+	Link	  **links;
+	StringInfoData sql;
+	StringInfoData keybuf;
+	char	  **fields;
+	int			nfields;
+	int			natts;
+	int			keyfield = -1;
+	int64		processed = 0;
+	int32		header = 0;		/* the key's varlena header, set per line */
+	ListCell   *lc;
+
+	if (!stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
+		stmt->relation == NULL || !CopyOptionsPlain(stmt->options))
+		return -1;
+	/* a server file for those who may read them; PostgreSQL refuses others */
+	if (stmt->filename != NULL && !has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return -1;
+	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
+		return -1;
+	rel = try_table_open(relid, RowExclusiveLock);
+	if (rel == NULL)
+		return -1;
+	if (!IngestRoutable(rel))
+	{
+		table_close(rel, NoLock);
+		return -1;
+	}
+	desc = RelationGetDescr(rel);
+	attnums = CopyGetAttnums(desc, rel, stmt->attlist);
+	natts = list_length(attnums);
+
+	/* every column given, so that the coordinator has no default to make */
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && !att->attgenerated && !list_member_int(attnums, att->attnum))
+		{
+			table_close(rel, NoLock);
+			return -1;
+		}
+	}
+
+	/* the rights to insert, as COPY checks them */
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = relid;
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	rte->requiredPerms = ACL_INSERT;
+	foreach(lc, attnums)
+		rte->insertedCols = bms_add_member(rte->insertedCols,
+										   lfirst_int(lc) - FirstLowInvalidHeapAttributeNumber);
+	ExecCheckRTPerms(list_make1(rte), true);
+	PreventCommandIfReadOnly("COPY FROM");
+	PreventCommandIfParallelMode("COPY FROM");
+
+	/* the node's COPY: the same columns in the same order, as text */
+	key = RelationGetPartitionKey(rel);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "COPY %s.ingest (", quote_identifier(get_namespace_name(RelationGetNamespace(rel))));
+	foreach(lc, attnums)
+	{
+		AttrNumber	attnum = lfirst_int(lc);
+
+		if (attnum == key->partattrs[0])
+			keyfield = foreach_current_index(lc);
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 quote_identifier(NameStr(TupleDescAttr(desc, attnum - 1)->attname)));
+	}
+	appendStringInfoString(&sql, ") FROM STDIN");
+	Assert(keyfield >= 0);
+
+	pd = RelationGetPartitionDesc(rel, true);
+	links = palloc0(sizeof(Link *) * pd->nparts);
+	initStringInfo(&keybuf);
+	pstate = make_parsestate(NULL);
+	pstate->p_sourcetext = query;
+	cstate = BeginCopyFrom(pstate, rel, NULL, stmt->filename, false, NULL, stmt->attlist, stmt->options);
+	errcallback.callback = CopyFromErrorCallback;
+	errcallback.arg = (void *) cstate;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
+
+	while (NextCopyFromRawFields(cstate, &fields, &nfields))
+	{
+		Datum		value;
+		bool		isnull = false;
+		uint64		hash;
+		int			part;
+		Link	   *link;
+
+		CHECK_FOR_INTERRUPTS();
+		if (nfields > natts)
+			ereport(ERROR,
+					(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+					 errmsg("extra data after last expected column")));
+		if (nfields < natts)
+			ereport(ERROR,
+					(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+					 errmsg("missing data for column \"%s\"",
+							NameStr(TupleDescAttr(desc, list_nth_int(attnums, nfields) - 1)->attname))));
+		if (fields[keyfield] == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+							NameStr(TupleDescAttr(desc, key->partattrs[0] - 1)->attname),
+							RelationGetRelationName(rel))));
+
+		/* the key's partition, as the hash partitioning finds it */
+		resetStringInfo(&keybuf);
+		appendBinaryStringInfo(&keybuf, (char *) &header, VARHDRSZ);
+		appendStringInfoString(&keybuf, fields[keyfield]);
+		SET_VARSIZE(keybuf.data, keybuf.len);
+		value = PointerGetDatum(keybuf.data);
+		hash = compute_partition_hash_value(1, key->partsupfunc, key->partcollation, &value, &isnull);
+		part = pd->boundinfo->indexes[hash % pd->boundinfo->nindexes];
+		if (part < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("no partition of relation \"%s\" found for row", RelationGetRelationName(rel))));
+		if (links[part] == NULL)
+		{
+			Relation	partrel = table_open(pd->oids[part], RowExclusiveLock);
+
+			if (partrel->trigdesc != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("a trigger was made on \"%s\" while events were copied into it",
+								RelationGetRelationName(partrel))));
+			links[part] = ForwardIngestLink(partrel);
+			table_close(partrel, NoLock);
+		}
+
+		/* the line, as text, to the COPY open on the node */
+		link = links[part];
+		LinkCopy(link, sql.data, false);
+		for (int i = 0; i < nfields; i++)
+		{
+			if (i > 0)
+				appendStringInfoChar(&link->buf, '\t');
+			AppendText(&link->buf, fields[i]);
+		}
+		appendStringInfoChar(&link->buf, '\n');
+		if (link->buf.len >= LINK_CHUNK)
+			LinkPut(link);
+		processed++;
+	}
+
+	error_context_stack = errcallback.previous;
+	EndCopyFrom(cstate);
+	LinkEndCopies();
+	table_close(rel, NoLock);
+	return processed;
+}
+
+/*
+ * RouteProcessUtility is the ProcessUtility hook: a COPY this file serves,
+ * and everything else to the next hook.
+ */
+static void
+RouteProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					ProcessUtilityContext context, ParamListInfo params,
+					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (exactonce_route_copy && IsA(pstmt->utilityStmt, CopyStmt))
+	{
+		int64		processed = RouteCopy((CopyStmt *) pstmt->utilityStmt, queryString);
+
+		if (processed >= 0)
+		{
+			if (qc)
+				SetQueryCompletion(qc, CMDTAG_COPY, processed);
+			return;
+		}
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+/*
+ * RouteInit defines exactonce.route_copy and, when the library is
+ * preloaded, installs the hook.
+ */
+void
+RouteInit(void)
+{
+	DefineCustomBoolVariable("exactonce.route_copy",
+							 "Routes a COPY into a distributed pipeline's ingest by key, leaving the other fields for the nodes to parse.",
+							 "Off, the coordinator parses every field, as for INSERT. Needs the library in shared_preload_libraries.",
+							 &exactonce_route_copy,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = RouteProcessUtility;
+}
