@@ -347,11 +347,12 @@ RouteCopy(CopyStmt *stmt, const char *query)
 								RelationGetRelationName(partrel))));
 			links[part] = ForwardIngestLink(partrel);
 			table_close(partrel, NoLock);
+			/* open until the statement ends it (a link may serve others) */
+			LinkCopy(links[part], sql.data, false);
 		}
 
 		/* the line, as text, to the COPY open on the node */
 		link = links[part];
-		LinkCopy(link, sql.data, false);
 		for (int i = 0; i < nfields; i++)
 		{
 			if (i > 0)
