@@ -39,12 +39,14 @@
 #include "catalog/pg_type.h"
 #include "commands/copy.h"
 #include "commands/defrem.h"
+#include "commands/progress.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_node.h"
+#include "pgstat.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "tcop/utility.h"
@@ -362,7 +364,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 		appendStringInfoChar(&link->buf, '\n');
 		if (link->buf.len >= LINK_CHUNK)
 			LinkPut(link);
-		processed++;
+		pgstat_progress_update_param(PROGRESS_COPY_TUPLES_PROCESSED, ++processed);
 	}
 
 	error_context_stack = errcallback.previous;
