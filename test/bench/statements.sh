@@ -4,11 +4,12 @@
 # (tools/cluster.sh); a pipeline of SHARDS shards (default 4), paused, takes
 # the same events (tools/producer, EVENTS, default 500,000) by COPY in
 # statements of each size in SIZES (default "10000 2500 1000"), each its own
-# transaction and then all in one; it prints the backend's CPU per event
-# (from /proc).  What grows as the statements shrink is what each
-# statement costs (routing set up for its partitions, its buffers) and
-# each commit (its WAL flush): a coordinator that splits a producer's
-# statement among its nodes multiplies both on every node.
+# transaction and then all in one, each run into the pipeline made anew,
+# and into a plain table (PostgreSQL's own COPY); it prints the backend's
+# CPU per event (from /proc).  What grows as the statements shrink is what
+# each statement and each commit cost apart from their rows: a
+# coordinator that splits a producer's statement among its nodes
+# multiplies both on every node.
 # Run as root or as the postgres OS user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,24 +40,33 @@ fresh() {
 fresh
 q -c "COPY t.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$B/events.copy'"
 
-echo "== $EVENTS events by COPY into a paused pipeline of $SHARDS shards; the backend's CPU per event"
+# run TABLE TX: the chunks by COPY into TABLE, each its own transaction
+# (TX each) or all in one; prints the backend's CPU per event
+run() {
+	{
+		echo 'SELECT pg_backend_pid() AS pid \gset'
+		echo '\setenv BPID :pid'
+		[ "$2" = one ] && echo 'BEGIN;'
+		for f in "$B"/chunk.*; do
+			echo "COPY $1 (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$f';"
+		done
+		[ "$2" = one ] && echo 'COMMIT;'
+		echo "\\! awk -v n=$EVENTS '{ printf \"%.2f\", (\$14 + \$15) / $(getconf CLK_TCK) / n * 1e6 }' /proc/\$BPID/stat"
+	} >"$B/run.sql"
+	q -f "$B/run.sql"
+}
+
+echo "== $EVENTS events by COPY into a paused pipeline of $SHARDS shards, and into a plain table; the backend's CPU per event"
 for size in $SIZES; do
 	rm -f "$B"/chunk.*
 	split -l "$size" -d -a 5 "$B/events.copy" "$B/chunk."
 	chmod a+r "$B"/chunk.*
 	for tx in each one; do
 		fresh
-		{
-			echo 'SELECT pg_backend_pid() AS pid \gset'
-			echo '\setenv BPID :pid'
-			[ $tx = one ] && echo 'BEGIN;'
-			for f in "$B"/chunk.*; do
-				echo "COPY t.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$f';"
-			done
-			[ $tx = one ] && echo 'COMMIT;'
-			echo "\\! awk -v n=$EVENTS '{ printf \"%.2f\", (\$14 + \$15) / $(getconf CLK_TCK) / n * 1e6 }' /proc/\$BPID/stat"
-		} >"$B/run.sql"
 		printf 'statements of %6d rows, %-32s %s us\n' "$size" \
-			"$([ $tx = each ] && echo "each its own transaction:" || echo "all in one transaction:")" "$(q -f "$B/run.sql")"
+			"$([ $tx = each ] && echo "each its own transaction:" || echo "all in one transaction:")" "$(run t.ingest $tx)"
 	done
+	q -c "DROP TABLE IF EXISTS plain" -c "CREATE TABLE plain (key text, version bigint, value numeric, risk_type text,
+		region text, trade_desk text, deleted boolean, event_time timestamptz)" 2>/dev/null
+	printf 'statements of %6d rows, %-32s %s us\n' "$size" "a plain table, all in one:" "$(run plain one)"
 done
