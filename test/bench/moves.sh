@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# test/bench/moves.sh [SECONDS]: ranges of keys moved away and back while
+# two pgbench clients insert through the coordinator (100 new keys per
+# statement, so each statement reaches both nodes), for SECONDS (default
+# 60).  Three throwaway clusters (tools/cluster.sh): a coordinator and two
+# nodes.  Each range (16, r), r even, goes from node1 to node2 and back;
+# a move that is refused is called once more.  It prints each refusal and
+# how many moves were done and refused, and checks the aggregates against
+# the producers' rows: a move is never half done (it is given up and
+# undone), but under this load the move back, to a node that
+# refuses the range since it gave it away, can wait on a cycle of locks
+# across the nodes until exactonce.move_lock_timeout (docs/distributed.md).
+# Run as root or as the postgres OS user, after "make install".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-60}
+BASE=/tmp/exactonce-moves; PORT0=55680
+psql_on() { local dir=$1 port=$2; shift 2; PGHOST=$dir PGPORT=$port psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
+rm -rf $BASE; mkdir -p $BASE; chown postgres: $BASE
+names=(coordinator node1 node2)
+for i in 0 1 2; do bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10" >/dev/null; done
+trap 'for n in "${names[@]}"; do bash tools/cluster.sh stop "$BASE/$n" immediate >/dev/null; done' EXIT
+for i in 1 2; do psql_on "$BASE/${names[$i]}" $((PORT0 + i)) -c "CREATE EXTENSION exactonce" >/dev/null; done
+C=("$BASE/coordinator" $PORT0)
+psql_on "${C[@]}" >/dev/null <<SQL
+CREATE EXTENSION exactonce; CREATE EXTENSION postgres_fdw;
+CREATE SERVER node1 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$BASE/node1', port '$((PORT0 + 1))', dbname 'postgres');
+CREATE SERVER node2 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '$BASE/node2', port '$((PORT0 + 2))', dbname 'postgres');
+CREATE USER MAPPING FOR postgres SERVER node1 OPTIONS (user 'postgres');
+CREATE USER MAPPING FOR postgres SERVER node2 OPTIONS (user 'postgres');
+SET client_min_messages = warning;
+SELECT exactonce.create_distributed_pipeline('dtrades', ARRAY['risk_type', 'region', 'trade_desk'], ARRAY['node1', 'node2']::name[]);
+CREATE TABLE load_log (key text, version bigint, value numeric, risk_type text, region text, trade_desk text);
+CREATE SEQUENCE load_seq;
+SQL
+cat >"$BASE/load.sql" <<'SQL'
+WITH r AS (INSERT INTO load_log SELECT 'L' || nextval('load_seq'), 1, (random() * 100)::int,
+	'rt' || (random() * 3)::int, 'rg' || (random() * 2)::int, 'td1' FROM generate_series(1, 100) RETURNING *)
+INSERT INTO dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time)
+SELECT key, version, value, risk_type, region, trade_desk, false, now() FROM r;
+SQL
+( cd "$BASE" && PGHOST="${C[0]}" PGPORT="${C[1]}" pgbench -n -U postgres -c 2 -T $SECS -f load.sql postgres >"$BASE/pgbench.out" 2>&1 ) &
+LOAD=$!
+sleep 2
+ok=0; bad=0
+# (16, r) for r even lives on node1 (2, 0) at first
+for r in 0 2 4 6 8 10 12 14; do
+  for target in node2 node1; do
+    out=$(psql_on "${C[@]}" -c "SELECT exactonce.move_keys('dtrades', 16, $r, '$target')" 2>&1)
+    if [[ "$out" =~ ^[0-9]+$ ]]; then ok=$((ok+1)); else bad=$((bad+1)); echo "move (16, $r) to $target: $out" | head -3;
+      out=$(psql_on "${C[@]}" -c "SELECT exactonce.move_keys('dtrades', 16, $r, '$target')" 2>&1); echo "  again: $out" | head -2; fi
+    kill -0 $LOAD 2>/dev/null || break 2
+  done
+done
+wait $LOAD
+psql_on "${C[@]}" -c "SELECT exactonce.flush('dtrades')" >/dev/null
+diff=$(psql_on "${C[@]}" -c "WITH oracle AS (SELECT risk_type, region, trade_desk,
+		3 - (GROUPING(risk_type) + GROUPING(region) + GROUPING(trade_desk)) AS level, sum(value) AS total, count(*) AS keys
+	FROM load_log GROUP BY ROLLUP (risk_type, region, trade_desk)),
+	agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM dtrades.aggregates)
+	SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
+	     + (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)")
+echo "moves: $ok done, $bad refused; $(grep -o 'number of transactions actually processed: [0-9]*' "$BASE/pgbench.out") statements of the producers; cells differing from theirs: $diff"
+[ "$diff" = 0 ] || exit 1
+[ "$(psql_on "${C[@]}" -c "SELECT count(*) FROM pg_prepared_xacts")" = 0 ] || echo "a prepared transaction is left at the coordinator"
