@@ -38,6 +38,7 @@
 #include "catalog/utility.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
+static UtilityCopyHandler copy_handler = NULL;
 static bool exactonce_guard_columns = true;
 static bool utility_own = false;	/* exactonce's own DDL is running */
 
@@ -122,6 +123,17 @@ UtilityProcess(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (exactonce_guard_columns && !creating_extension && !utility_own &&
 		IsA(pstmt->utilityStmt, AlterTableStmt))
 		UtilityCheckAlterTable((AlterTableStmt *) pstmt->utilityStmt);
+	if (copy_handler != NULL && IsA(pstmt->utilityStmt, CopyStmt))
+	{
+		int64		processed = copy_handler((CopyStmt *) pstmt->utilityStmt, queryString);
+
+		if (processed >= 0)
+		{
+			if (qc)
+				SetQueryCompletion(qc, CMDTAG_COPY, processed);
+			return;
+		}
+	}
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
 							 queryEnv, dest, qc);
@@ -150,6 +162,15 @@ UtilityExecOwn(const char *sql)
 		utility_own = false;
 	}
 	PG_END_TRY();
+}
+
+/*
+ * UtilitySetCopyHandler has the hook hand each COPY to handler first.
+ */
+void
+UtilitySetCopyHandler(UtilityCopyHandler handler)
+{
+	copy_handler = handler;
 }
 
 /*

@@ -8,7 +8,16 @@
 #ifndef EXACTONCE_UTILITY_H
 #define EXACTONCE_UTILITY_H
 
+#include "nodes/parsenodes.h"
+
+/*
+ * A COPY a higher layer runs itself: it returns the rows it took, or -1,
+ * having read nothing, for PostgreSQL's COPY to run it (distributed/route.c).
+ */
+typedef int64 (*UtilityCopyHandler) (CopyStmt *stmt, const char *query);
+
 extern void UtilityInit(void);
 extern void UtilityExecOwn(const char *sql);
+extern void UtilitySetCopyHandler(UtilityCopyHandler handler);
 
 #endif							/* EXACTONCE_UTILITY_H */

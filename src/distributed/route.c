@@ -49,7 +49,6 @@
 #include "pgstat.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
-#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -60,11 +59,11 @@
 #include "utils/syscache.h"
 
 #include "catalog/statement.h"
+#include "catalog/utility.h"
 #include "distributed/coordinator.h"
 #include "distributed/forward.h"
 #include "distributed/route.h"
 
-static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool exactonce_route_copy = true;
 
 /*
@@ -227,7 +226,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 	int32		header = 0;		/* the key's varlena header, set per line */
 	ListCell   *lc;
 
-	if (!stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
+	if (!exactonce_route_copy || !stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
 		stmt->relation == NULL || !CopyOptionsPlain(stmt->options))
 		return -1;
 	/* a server file for those who may read them; PostgreSQL refuses others */
@@ -375,36 +374,8 @@ RouteCopy(CopyStmt *stmt, const char *query)
 }
 
 /*
- * RouteProcessUtility is the ProcessUtility hook: a COPY this file serves,
- * and everything else to the next hook.
- */
-static void
-RouteProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-					ProcessUtilityContext context, ParamListInfo params,
-					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
-{
-	if (exactonce_route_copy && IsA(pstmt->utilityStmt, CopyStmt))
-	{
-		int64		processed = RouteCopy((CopyStmt *) pstmt->utilityStmt, queryString);
-
-		if (processed >= 0)
-		{
-			if (qc)
-				SetQueryCompletion(qc, CMDTAG_COPY, processed);
-			return;
-		}
-	}
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
-							 queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-								queryEnv, dest, qc);
-}
-
-/*
- * RouteInit defines exactonce.route_copy and, when the library is
- * preloaded, installs the hook.
+ * RouteInit defines exactonce.route_copy and hands RouteCopy the COPYs
+ * that utility.c's hook sees (when the library is preloaded).
  */
 void
 RouteInit(void)
@@ -417,8 +388,5 @@ RouteInit(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_process_utility = ProcessUtility_hook;
-	ProcessUtility_hook = RouteProcessUtility;
+	UtilitySetCopyHandler(RouteCopy);
 }

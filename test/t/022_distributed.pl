@@ -378,9 +378,7 @@ is( join(',', map { $_->safe_psql($db, "SELECT count(*) > 0 FROM trades.state") 
 my %ranges = (0 => '(4, 0), (8, 7)', 1 => '(4, 1), (8, 6)', 2 => '(8, 2), (8, 3)');
 for my $i (0 .. 2)
 {
-	is( $nodes[$i]->safe_psql(
-			$db, "SELECT bool_and(EXISTS (SELECT FROM (VALUES $ranges{$i}) r(m, b)
-				  WHERE exactonce.key_bucket(key, m) = b)) FROM trades.state"),
+	is(eo_keys_in_ranges($nodes[$i], $db, $ranges{$i}),
 		't', 'every key of node' . ($i + 1) . " is in its ranges $ranges{$i}");
 }
 my $held = 0;

@@ -22,7 +22,7 @@ use Test::More;
 
 our @EXPORT = qw(eo_node eo_setup eo_produce eo_produce_aborted eo_wait_drained
   eo_drained_sql eo_mismatches eo_check eo_half_drain eo_pause eo_resume
-  eo_queue_partition eo_alter_system eo_queue_empty_sql);
+  eo_queue_partition eo_alter_system eo_queue_empty_sql eo_keys_in_ranges);
 
 # distinct keys of the producer's events
 our $KEYS = 1000;
@@ -247,6 +247,17 @@ sub eo_wait_drained
 {
 	my ($node, $db, $pipeline) = @_;
 	return $node->poll_query_until($db, eo_drained_sql($pipeline));
+}
+
+# eo_keys_in_ranges(node, db, ranges): 't' if every key of the node's
+# trades.state is in one of the ranges of keys given, as '(4, 0), (8, 7)'
+# (modulus, remainder), the buckets of exactonce.key_bucket().
+sub eo_keys_in_ranges
+{
+	my ($node, $db, $ranges) = @_;
+	return $node->safe_psql(
+		$db, "SELECT bool_and(EXISTS (SELECT FROM (VALUES $ranges) r(m, b)
+			  WHERE exactonce.key_bucket(key, m) = b)) FROM trades.state");
 }
 
 # eo_mismatches(node, db, pipeline, truth): how many rows of the pipeline's
