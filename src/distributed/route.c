@@ -9,16 +9,17 @@
  * route the row by its key and hand it to exactonce_forward, which sends it
  * on in binary; the node parses nothing more.  Most of that work is for
  * nothing: the coordinator needs only the key.  So, with the library
- * preloaded, a COPY FROM STDIN or a server file into a distributed
- * pipeline's ingest splits each line into its fields as COPY does
- * (NextCopyFromRawFields: the format's quoting and escapes, the client's
- * encoding), hashes the key as
- * the hash partitioning does, finds its partition, and appends the fields
- * as a line of text to the COPY open on that partition's node, on the link
- * exactonce_forward uses (ForwardIngestLink: the same checks, the same
- * connection, the pipeline's owner, the producer's transaction).  The
- * node's COPY parses the fields, as it would if fed directly, and refuses a
- * bad one with its error.
+ * preloaded, the library's ProcessUtility hook (catalog/utility.c) hands
+ * each COPY here first, and a COPY FROM STDIN or a server file into a
+ * distributed pipeline's ingest is split into its fields as COPY splits
+ * it (NextCopyFromRawFields: the format's quoting and escapes, the
+ * client's encoding); each line's key is hashed as the hash partitioning
+ * hashes it, and its fields are appended as a line of text to the COPY
+ * open on its partition's node, on the link exactonce_forward uses
+ * (ForwardIngestLink: the same checks, the same connection, the
+ * pipeline's owner, the producer's transaction).  The node's COPY parses
+ * the fields, as it would if fed directly, and refuses a bad one with its
+ * error.
  *
  * It takes the path only where it changes nothing else: text or CSV, every
  * column of ingest given (no default to compute at the coordinator), no
