@@ -33,12 +33,7 @@ SELECT exactonce.create_distributed_pipeline('dtrades', ARRAY['risk_type', 'regi
 CREATE TABLE load_log (key text, version bigint, value numeric, risk_type text, region text, trade_desk text);
 CREATE SEQUENCE load_seq;
 SQL
-cat >"$BASE/load.sql" <<'SQL'
-WITH r AS (INSERT INTO load_log SELECT 'L' || nextval('load_seq'), 1, (random() * 100)::int,
-	'rt' || (random() * 3)::int, 'rg' || (random() * 2)::int, 'td1' FROM generate_series(1, 100) RETURNING *)
-INSERT INTO dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time)
-SELECT key, version, value, risk_type, region, trade_desk, false, now() FROM r;
-SQL
+cp test/bench/coordinator-load.sql "$BASE/load.sql"
 ( cd "$BASE" && PGHOST="${C[0]}" PGPORT="${C[1]}" pgbench -n -U postgres -c 2 -T $SECS -f load.sql postgres >"$BASE/pgbench.out" 2>&1 ) &
 LOAD=$!
 sleep 2
