@@ -48,6 +48,8 @@ SELECT exactonce.create_view_as('sec', 'v', 'SELECT d, sum(value) FROM sec.inges
 SELECT exactonce.alter_pipeline_as('sec', 'SELECT d, sum(value) AS total FROM sec.ingest GROUP BY d');
 SELECT exactonce.move_keys_in('sec', 2, 0, 'nowhere', 'g', '', NULL, NULL, NULL);
 SELECT exactonce.move_keys_settle('sec', 2, 0);
+-- whether the queue refuses a key is the writer's to know
+SELECT exactonce.key_stays('k1', 'sec', 1, 0);
 SELECT exactonce.wake();
 SET exactonce.fault_map = 1;
 SET exactonce.feed_max_lag = 10;
@@ -65,6 +67,8 @@ SELECT * FROM sec.aggregates;
 -- nor lock its queue through the slot function
 SELECT exactonce.ingest_slot('sec');
 SELECT exactonce.ingest_slot(:sec_ingest);
+-- nor learn whether its keys moved away
+SELECT exactonce.key_stays('k1', 'sec', 1, 0);
 RESET ROLE;
 
 -- objects planted in public cannot change what the stages compute

@@ -39,6 +39,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "catalog/statement.h"
@@ -280,13 +281,13 @@ StatementTableOwner(const char *relname)
 }
 
 /*
- * StatementExecAs runs a kept plan as role, in a security-restricted context, and
- * checks that it touched "expected" rows (-1: any number).  The caller has
- * pinned the search_path and checked that its own role may do this.
+ * ExecAs runs a kept plan as role, in a security-restricted context, under
+ * snapshot (InvalidSnapshot: SPI's choice), and checks that it touched
+ * "expected" rows (-1: any number).
  */
-void
-StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
-				bool read_only, int expected)
+static void
+ExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls, Snapshot snapshot,
+	   bool read_only, int expected)
 {
 	Oid			save_userid;
 	int			save_sec;
@@ -297,10 +298,34 @@ StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_plan(plan, values, nulls, read_only, 0);
+	rc = SPI_execute_snapshot(plan, values, nulls, snapshot, InvalidSnapshot, read_only, true, 0);
 	SetUserIdAndSecContext(save_userid, save_sec);
 	MemoryContextSwitchTo(cxt); /* as in StatementExec */
 	StatementCheck(rc, expected);
+}
+
+/*
+ * StatementExecAs runs a kept plan as role, in a security-restricted context, and
+ * checks that it touched "expected" rows (-1: any number).  The caller has
+ * pinned the search_path and checked that its own role may do this.
+ */
+void
+StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls,
+				bool read_only, int expected)
+{
+	ExecAs(role, plan, values, nulls, InvalidSnapshot, read_only, expected);
+}
+
+/*
+ * StatementReadLatestAs runs a kept query as StatementExecAs does, under the
+ * latest snapshot instead of the transaction's: it sees what has committed
+ * by now whatever the caller's isolation level (a producer through
+ * postgres_fdw runs in REPEATABLE READ).
+ */
+void
+StatementReadLatestAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	ExecAs(role, plan, values, nulls, GetLatestSnapshot(), true, expected);
 }
 
 /*

@@ -31,6 +31,8 @@ extern void StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected);
 extern void StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values,
 							const char *nulls, bool read_only, int expected);
+extern void StatementReadLatestAs(Oid role, SPIPlanPtr plan, Datum *values,
+								  const char *nulls, int expected);
 extern Oid	StatementTableOwner(const char *relname);
 extern Oid	StatementRelationOwner(Oid relid);
 extern Datum StatementTextArray(Datum *elems, bool *nulls, int n);

@@ -75,6 +75,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -86,6 +87,7 @@
 #include "distributed/move.h"
 #include "distributed/node.h"
 #include "distributed/park.h"
+#include "distributed/range.h"
 #include "engine/drain.h"
 #include "engine/event.h"
 #include "engine/map.h"
@@ -96,8 +98,6 @@
 #include "utils/subxact.h"
 
 PG_FUNCTION_INFO_V1(exactonce_key_bucket);
-PG_FUNCTION_INFO_V1(exactonce_refuse_moved_key);
-PG_FUNCTION_INFO_V1(exactonce_key_stays);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_settle);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_park);
 PG_FUNCTION_INFO_V1(exactonce_move_keys_unpark);
@@ -123,54 +123,6 @@ MoveInit(void)
 							NULL, NULL, NULL);
 }
 
-/* the trigger, then the check, of a node's queue that refuses a range */
-#define MOVED_NAME		"exactonce_moved_%d_%d"
-
-/*
- * KeyBucket returns the hash remainder of a key for a modulus, as the hash
- * partitioning of text COLLATE "C" computes it.
- */
-static int32
-KeyBucket(Datum key, int32 modulus)
-{
-	static FmgrInfo hash;
-	static bool ready = false;
-	Oid			collation = C_COLLATION_OID;
-	bool		isnull = false;
-
-	if (!ready)
-	{
-		fmgr_info_cxt(F_HASHTEXTEXTENDED, &hash, TopMemoryContext);
-		ready = true;
-	}
-	return (int32) (compute_partition_hash_value(1, &hash, &collation, &key, &isnull) % (uint64) modulus);
-}
-
-/*
- * CheckRange insists on a valid (modulus, remainder).
- */
-static void
-CheckRange(int32 modulus, int32 remainder)
-{
-	if (modulus < 1 || remainder < 0 || remainder >= modulus)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("a range of keys is a modulus of at least 1 and a remainder from 0 to modulus - 1, not (%d, %d)",
-						modulus, remainder)));
-}
-
-/*
- * Overlap tells whether two ranges share keys; one modulus divides the
- * other, as in any hash-partitioned table.
- */
-static bool
-Overlap(int32 m1, int32 r1, int32 m2, int32 r2)
-{
-	int32		g = Min(m1, m2);
-
-	return r1 % g == r2 % g;
-}
-
 /*
  * exactonce_key_bucket returns the hash remainder of a key for a modulus:
  * the partition of a coordinator's ingest that takes it.
@@ -180,83 +132,8 @@ exactonce_key_bucket(PG_FUNCTION_ARGS)
 {
 	int32		modulus = PG_GETARG_INT32(1);
 
-	CheckRange(modulus, 0);
-	PG_RETURN_INT32(KeyBucket(PG_GETARG_DATUM(0), modulus));
-}
-
-/*
- * RefuseMovedKey raises the error of an event of a key that moved away.
- */
-static void
-RefuseMovedKey(Datum key, int32 modulus, int32 remainder, const char *server)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_EXACTONCE_KEY_MOVED),
-			 errmsg("key \"%s\" has moved to server \"%s\"", TextDatumGetCString(key), server),
-			 errdetail("The keys whose exactonce.key_bucket(key, %d) is %d were moved from this node by exactonce.move_keys().",
-					   modulus, remainder),
-			 errhint("Insert through the coordinator's ingest, which routes each key to its node.")));
-}
-
-/*
- * exactonce_refuse_moved_key is the trigger on a node's queue that refuses
- * the keys of a range moved away, and parks them while they move (park.c):
- * arguments modulus, remainder, server.
- */
-Datum
-exactonce_refuse_moved_key(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	Trigger    *trigger;
-	TupleDesc	desc;
-	int			attnum;
-	int32		modulus,
-				remainder;
-	bool		isnull;
-	Datum		key;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("exactonce.refuse_moved_key() must be a BEFORE INSERT trigger FOR EACH ROW")));
-	trigger = trigdata->tg_trigger;
-	desc = RelationGetDescr(trigdata->tg_relation);
-	attnum = SPI_fnumber(desc, "key");
-	if (trigger->tgnargs != 3 || attnum <= 0 || TupleDescAttr(desc, attnum - 1)->atttypid != TEXTOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("exactonce.refuse_moved_key() takes a modulus, a remainder and a server, on a table with a text column key")));
-	modulus = pg_strtoint32(trigger->tgargs[0]);
-	remainder = pg_strtoint32(trigger->tgargs[1]);
-	CheckRange(modulus, remainder);
-	key = heap_getattr(trigdata->tg_trigtuple, attnum, desc, &isnull);
-	if (isnull || KeyBucket(key, modulus) != remainder)
-		return PointerGetDatum(trigdata->tg_trigtuple);
-	/* while the keys move, the new node is to apply their events */
-	if (ParkRow(trigdata->tg_relation, trigdata->tg_trigtuple, modulus, remainder))
-		return PointerGetDatum(NULL);
-	RefuseMovedKey(key, modulus, remainder, trigger->tgargs[2]);
-	pg_unreachable();
-}
-
-/*
- * exactonce_key_stays is the check of a node's queue that refuses the keys
- * of a range once they have moved away (key, modulus, remainder, server):
- * true for a key of another range.  A check, unlike a row trigger, leaves
- * COPY into the queue its batches.
- */
-Datum
-exactonce_key_stays(PG_FUNCTION_ARGS)
-{
-	int32		modulus = PG_GETARG_INT32(1);
-	int32		remainder = PG_GETARG_INT32(2);
-
-	CheckRange(modulus, remainder);
-	if (KeyBucket(PG_GETARG_DATUM(0), modulus) != remainder)
-		PG_RETURN_BOOL(true);
-	RefuseMovedKey(PG_GETARG_DATUM(0), modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
-	pg_unreachable();
+	RangeCheck(modulus, 0);
+	PG_RETURN_INT32(RangeBucket(PG_GETARG_DATUM(0), modulus));
 }
 
 /* In accumulate mode, what the keys moved had added to the cells. */
@@ -296,6 +173,8 @@ RecordMove(Pipeline *p, int32 modulus, int32 remainder, const char *direction,
 										  " (gid, pipeline, modulus, remainder, direction, peer, keys, total, events)"
 										  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9, types),
 					values, nulls, false, 1);
+	/* whether the queue refuses the keys changes with this row (range.c) */
+	CacheInvalidateRelcacheByRelid(p->ingest);
 }
 
 /*
@@ -414,9 +293,9 @@ RowFault(Pipeline *p, const char *table, TupleTableSlot *slot, AttrNumber *attnu
 	(void) RowColumn(slot, "version", INT8OID, &isnull);
 	if (isnull)
 		return pstrdup("version is NULL");
-	if (KeyBucket(key, modulus) != remainder)
+	if (RangeBucket(key, modulus) != remainder)
 		return psprintf("key \"%s\" is not one of the keys (%d, %d): its exactonce.key_bucket(key, %d) is %d",
-						TextDatumGetCString(key), modulus, remainder, modulus, KeyBucket(key, modulus));
+						TextDatumGetCString(key), modulus, remainder, modulus, RangeBucket(key, modulus));
 	if (!state)
 		return NULL;
 	if (p->mode == PIPELINE_ACCUMULATE)
@@ -658,7 +537,7 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs, uint32 tables)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the arguments of a move of keys must not be NULL")));
-	CheckRange(PG_GETARG_INT32(1), PG_GETARG_INT32(2));
+	RangeCheck(PG_GETARG_INT32(1), PG_GETARG_INT32(2));
 	PipelineRequireReadCommitted("a move of keys");
 	p = PipelineLoadTables(text_to_cstring(PG_GETARG_TEXT_PP(0)), true, tables);
 	if (p->windowed)
@@ -667,59 +546,6 @@ LoadMovable(FunctionCallInfo fcinfo, int nargs, uint32 tables)
 				 errmsg("the keys of pipeline \"%s\" cannot move: it has event-time windows", p->name),
 				 errdetail("A reading too late on one node could be in time on another, whose watermark is behind.")));
 	return p;
-}
-
-/*
- * CloseQueue adds to a pipeline's queue the trigger of a range of keys that
- * leaves for server target: it parks their events while a table of the
- * range is there, and refuses them after (exactonce_refuse_moved_key).
- */
-static void
-CloseQueue(Pipeline *p, int32 modulus, int32 remainder, const char *target)
-{
-	const char *trigger = psprintf(MOVED_NAME, modulus, remainder);
-
-	if (SPI_execute(psprintf("CREATE TRIGGER %1$s BEFORE INSERT ON %2$s.ingest FOR EACH ROW"
-							 " EXECUTE FUNCTION exactonce.refuse_moved_key('%3$d', '%4$d', %5$s);\n"
-							 "COMMENT ON TRIGGER %1$s ON %2$s.ingest IS %6$s",
-							 quote_identifier(trigger), quote_identifier(p->name), modulus, remainder,
-							 quote_literal_cstr(target),
-							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
-														 modulus, remainder, target))),
-					false, 0) < 0)
-		elog(ERROR, "could not close the queue of pipeline \"%s\" to the keys moved", p->name);
-}
-
-/*
- * MovedAway tells whether the range's keys have left the pipeline's node:
- * its queue refuses them (its trigger or, once the move is settled, its
- * check), and parks none.
- */
-static bool
-MovedAway(Pipeline *p, int32 modulus, int32 remainder, bool *closed)
-{
-	const char *name = psprintf(MOVED_NAME, modulus, remainder);
-
-	*closed = OidIsValid(get_trigger_oid(p->ingest, name, true)) ||
-		OidIsValid(get_relation_constraint_oid(p->ingest, name, true));
-	return *closed && !OidIsValid(ParkTable(p->nspid, modulus, remainder));
-}
-
-/*
- * OpenQueue drops what refuses a range of keys in the pipeline's queue:
- * its trigger, its check, or both.
- */
-static void
-OpenQueue(Pipeline *p, const char *name)
-{
-	if (OidIsValid(get_trigger_oid(p->ingest, name, true)) &&
-		SPI_execute(psprintf("DROP TRIGGER %s ON %s.ingest", quote_identifier(name), quote_identifier(p->name)),
-					false, 0) < 0)
-		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
-	if (OidIsValid(get_relation_constraint_oid(p->ingest, name, true)) &&
-		SPI_execute(psprintf("ALTER TABLE %s.ingest DROP CONSTRAINT %s", quote_identifier(p->name), quote_identifier(name)),
-					false, 0) < 0)
-		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
 }
 
 /*
@@ -736,103 +562,48 @@ exactonce_move_keys_park(PG_FUNCTION_ARGS)
 	int32		remainder = PG_GETARG_INT32(2);
 	Pipeline   *p;
 	int			nestlevel;
-	bool		closed;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = LoadMovable(fcinfo, 4, SHAPE_INGEST);
 	PipelineActAsOwner(p);
-	if (MovedAway(p, modulus, remainder, &closed))
+	if (!RangeParking(p, modulus, remainder) && RangeAway(p, modulus, remainder))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name)));
 	ParkCreate(p, modulus, remainder);
-	if (!closed)
-		CloseQueue(p, modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	RangeClose(p, modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
 
-/* A range's trigger to be settled into a check (exactonce_move_keys_settle). */
-typedef struct Settle
-{
-	Pipeline   *p;
-	const char *name;
-	int32		modulus;
-	int32		remainder;
-	const char *server;
-} Settle;
-
 /*
- * SettleQueue puts the check of a range in place of its trigger, waiting at
- * most 100 ms for the queue's lock.
- */
-static void
-SettleQueue(void *arg)
-{
-	Settle	   *st = arg;
-	const char *s = quote_identifier(st->p->name);
-	const char *name = quote_identifier(st->name);
-	int			gucs = NewGUCNestLevel();
-
-	(void) set_config_option("lock_timeout", "100", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	if (SPI_execute(psprintf("DROP TRIGGER %1$s ON %2$s.ingest;"
-							 " ALTER TABLE %2$s.ingest ADD CONSTRAINT %1$s"
-							 " CHECK (exactonce.key_stays(key, %3$d, %4$d, %5$s)) NOT VALID;"
-							 " COMMENT ON CONSTRAINT %1$s ON %2$s.ingest IS %6$s",
-							 name, s, st->modulus, st->remainder, quote_literal_cstr(st->server),
-							 quote_literal_cstr(psprintf("exactonce: the keys whose key_bucket(key, %d) is %d moved to server %s",
-														 st->modulus, st->remainder, st->server))),
-					false, 0) < 0)
-		elog(ERROR, "could not settle the move of keys (%d, %d) of pipeline \"%s\"", st->modulus, st->remainder,
-			 st->p->name);
-	AtEOXact_GUC(true, gucs);
-}
-
-static bool
-LockTimedOut(int sqlerrcode)
-{
-	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
-}
-
-/*
- * exactonce_move_keys_settle, on the node a range of keys has left, puts a
- * check in place of the queue's trigger of the range once the move is
- * done: both refuse the keys, but a row trigger makes each COPY into the
- * queue insert row by row.  It waits for the queue's lock at most 100 ms
- * (move_keys() calls it while it holds the coordinator's producers) and
- * returns whether the queue has the check now.
+ * exactonce_move_keys_settle leaves a node's queue refusing a range of keys
+ * as far as it has moved away (range.c): with a check once the range has
+ * left, instead of the row trigger that parked its events during the move
+ * (both refuse the keys, but a row trigger makes each COPY into the queue
+ * insert row by row), and with neither once it is back or a move of it
+ * was given up.  It waits for the queue's lock at most 100 ms (move_keys()
+ * calls it while it holds the coordinator's producers) and returns whether
+ * the queue is so now: false while the range's events are parked.
  */
 Datum
 exactonce_move_keys_settle(PG_FUNCTION_ARGS)
 {
 	int32		modulus = PG_GETARG_INT32(1);
 	int32		remainder = PG_GETARG_INT32(2);
-	Settle		st = {0};
+	Pipeline   *p;
 	int			nestlevel;
-	bool		closed;
-	bool		settled = false;
+	bool		settled;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
-	st.p = LoadMovable(fcinfo, 3, SHAPE_INGEST);
-	st.name = psprintf(MOVED_NAME, modulus, remainder);
-	st.modulus = modulus;
-	st.remainder = remainder;
-	PipelineActAsOwner(st.p);
-	if (MovedAway(st.p, modulus, remainder, &closed))
-	{
-		Relation	rel = table_open(st.p->ingest, AccessShareLock);
-
-		for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
-			if (strcmp(rel->trigdesc->triggers[i].tgname, st.name) == 0 && rel->trigdesc->triggers[i].tgnargs == 3)
-				st.server = pstrdup(rel->trigdesc->triggers[i].tgargs[2]);
-		table_close(rel, AccessShareLock);
-		settled = st.server == NULL || SubxactRun(SettleQueue, &st, LockTimedOut) == NULL;
-	}
-	PipelineActAsCaller(st.p);
+	p = LoadMovable(fcinfo, 3, SHAPE_INGEST);
+	PipelineActAsOwner(p);
+	settled = RangeTidy(p, modulus, remainder);
+	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
 	PG_RETURN_BOOL(settled);
@@ -855,7 +626,6 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 	int			nestlevel;
 	int64		dummy;
 	bool		paused;
-	bool		closed;
 	int64		parked = 0;
 
 	SPI_connect();
@@ -875,33 +645,22 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 	/* a move of the range in progress here takes these locks first */
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
-	if (!OidIsValid(ParkTable(p->nspid, modulus, remainder)))
+	if (!RangeParking(p, modulus, remainder))
 	{
 		PipelineActAsCaller(p);
 		StatementUnpinSearchPath(nestlevel);
 		SPI_finish();
 		PG_RETURN_INT64(0);
 	}
-	values[0] = CStringGetTextDatum(p->name);
-	values[1] = Int32GetDatum(modulus);
-	values[2] = Int32GetDatum(remainder);
-	StatementExecAs(StatementTableOwner("key_move"),
-					StatementPrepareFixed("SELECT direction FROM exactonce.key_move"
-										  " WHERE pipeline OPERATOR(pg_catalog.=) $1::pg_catalog.name"
-										  " AND modulus OPERATOR(pg_catalog.=) $2 AND remainder OPERATOR(pg_catalog.=) $3"
-										  " ORDER BY moved_at DESC LIMIT 1", 3, types),
-					values, NULL, true, -1);
-	if (SPI_processed > 0 &&
-		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "out") == 0)
+	if (RangeAway(p, modulus, remainder))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name),
 				 errdetail("Their parked events belong to the node they moved to."),
 				 errhint("Call exactonce.move_keys() at the coordinator again: it sends them there.")));
-	(void) MovedAway(p, modulus, remainder, &closed);
-	if (closed)
-		OpenQueue(p, psprintf(MOVED_NAME, modulus, remainder));
 	parked = ParkReturn(p, modulus, remainder);
+	/* the trigger parks nothing now: away with it, if the queue is not busy */
+	(void) RangeTidy(p, modulus, remainder);
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
@@ -909,11 +668,11 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 }
 
 /* A range of keys, for InRange. */
-typedef struct Range
+typedef struct Bucket
 {
 	int32		modulus;
 	int32		remainder;
-} Range;
+} Bucket;
 
 /*
  * InRange tells whether a key is of the range arg: a QueueKeyFilter.
@@ -921,9 +680,9 @@ typedef struct Range
 static bool
 InRange(text *key, void *arg)
 {
-	Range	   *range = arg;
+	Bucket	   *range = arg;
 
-	return KeyBucket(PointerGetDatum(key), range->modulus) == range->remainder;
+	return RangeBucket(PointerGetDatum(key), range->modulus) == range->remainder;
 }
 
 /*
@@ -962,7 +721,7 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	QueuePosition shards[EXACTONCE_MAX_SHARDS];
 	int64		rotation,
 				drain_rotation;
-	bool		closed;
+	bool		parking;
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
@@ -977,13 +736,14 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	 */
 	ProgressLockAll(p, shards, &rotation, &drain_rotation, &paused);
 	DrainApplyLeft(p);
-	if (MovedAway(p, modulus, remainder, &closed))
+	parking = RangeParking(p, modulus, remainder);
+	if (!parking && RangeAway(p, modulus, remainder))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the keys (%d, %d) of pipeline \"%s\" have moved away already", modulus, remainder, p->name)));
-	if (closed)
+	if (parking)
 	{
-		Range		range = {modulus, remainder};
+		Bucket		range = {modulus, remainder};
 		TimestampTz oldest;
 		int64		left = QueueDepth(p, rotation, drain_rotation, shards, NULL, &oldest, 1,
 									  InRange, &range);
@@ -999,7 +759,7 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 	else
 	{
 		/* inserts wait from here to commit, then the trigger refuses them */
-		CloseQueue(p, modulus, remainder, target);
+		RangeClose(p, modulus, remainder, target);
 		(void) DrainPipeline(p);
 	}
 	state = TakeRows(p, "state", modulus, remainder, &keys, moved,
@@ -1035,47 +795,6 @@ exactonce_move_keys_out(PG_FUNCTION_ARGS)
 }
 
 /*
- * OpenQueueToRange opens a node's queue again to a range of keys that comes
- * back to it (its trigger or check, found by name); a range that overlaps
- * one moved away without being it is refused.
- */
-static void
-OpenQueueToRange(Pipeline *p, int32 modulus, int32 remainder)
-{
-	Oid			types[1] = {OIDOID};
-	Datum		values[1] = {ObjectIdGetDatum(p->ingest)};
-
-	if (SPI_execute_with_args("SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger"
-							  " WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND tgparentid OPERATOR(pg_catalog.=) 0"
-							  " AND tgname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'"
-							  " UNION SELECT conname::pg_catalog.text FROM pg_catalog.pg_constraint"
-							  " WHERE conrelid OPERATOR(pg_catalog.=) $1 AND contype OPERATOR(pg_catalog.=) 'c'"
-							  " AND conname OPERATOR(pg_catalog.~) '^exactonce_moved_[0-9]+_[0-9]+$'",
-							  1, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the triggers and checks of pipeline \"%s\"", p->name);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		int32		m,
-					r;
-
-		if (sscanf(name, "exactonce_moved_%d_%d", &m, &r) != 2 || m < 1)
-			continue;
-		if (m == modulus && r == remainder)
-		{
-			OpenQueue(p, name);
-			return;
-		}
-		if (Overlap(m, r, modulus, remainder))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("the keys (%d, %d) of pipeline \"%s\" overlap the keys (%d, %d) this node gave away",
-							modulus, remainder, p->name, m, r),
-					 errhint("Move the keys (%d, %d) back to this node whole.", m, r)));
-	}
-}
-
-/*
  * exactonce_move_keys_in puts a range of keys that move_keys_out() took out
  * of another node into this node's pipeline: their state rows (and seen
  * rows) and dead letters, the retention horizon if the other's was higher,
@@ -1105,7 +824,7 @@ exactonce_move_keys_in(PG_FUNCTION_ARGS)
 	PipelineActAsOwner(p);
 	ProgressLockAll(p, NULL, &dummy, &dummy, &paused);
 	DrainApplyLeft(p);
-	OpenQueueToRange(p, modulus, remainder);
+	RangeTakeBack(p, modulus, remainder);
 	if (state != NULL)
 		keys = PutRows(p, "state", state, modulus, remainder, moved,
 					   p->mode == PIPELINE_LATEST ? KeyColumns(p) : NULL);
@@ -1184,7 +903,7 @@ FindPartition(Distributed *d, int32 modulus, int32 remainder)
 			part.remainder = r;
 			return part;
 		}
-		if (m > modulus && Overlap(m, r, modulus, remainder))
+		if (m > modulus && RangeOverlap(m, r, modulus, remainder))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("the keys (%d, %d) of distributed pipeline \"%s\" span several partitions",
@@ -1655,7 +1374,7 @@ exactonce_move_keys(PG_FUNCTION_ARGS)
 	mv->modulus = modulus = PG_GETARG_INT32(1);
 	mv->remainder = remainder = PG_GETARG_INT32(2);
 	mv->servers[1] = pstrdup(NameStr(*PG_GETARG_NAME(3)));
-	CheckRange(modulus, remainder);
+	RangeCheck(modulus, remainder);
 
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();

@@ -105,6 +105,9 @@ typedef struct ParkInsert
 
 static ParkInsert *kept = NULL;
 
+/* the table whose events ParkReturn puts back, which ParkRow must not take */
+static Oid	returning = InvalidOid;
+
 static void
 ParkInvalidate(Datum arg, Oid relid)
 {
@@ -190,7 +193,7 @@ ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder)
 	Oid			caller;
 	int			caller_sec;
 
-	if (!OidIsValid(relid))
+	if (!OidIsValid(relid) || relid == returning)
 		return false;
 
 	/* the switch drops the table: then the row is refused */
@@ -232,26 +235,41 @@ ParkRow(Relation queue, HeapTuple row, int32 modulus, int32 remainder)
 
 /*
  * ParkReturn puts the range's parked events back into the pipeline's queue
- * and drops their table, for a move given up; the caller has dropped the
- * queue's trigger of the range (else they would be parked again) and acts
- * as the owner; SPI is connected.  Returns how many.
+ * and drops their table, for a move given up; the caller acts as the
+ * owner; SPI is connected.  Returns how many.
  */
 int64
 ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
 {
 	const char *s = quote_identifier(p->name);
 	const char *t = quote_identifier(ParkName(modulus, remainder));
+	Oid			relid = ParkTable(p->nspid, modulus, remainder);
 	StringInfoData cols;
 	int64		n;
 
-	if (!OidIsValid(ParkTable(p->nspid, modulus, remainder)))
+	if (!OidIsValid(relid))
 		return 0;
+
+	/*
+	 * the producers that parked events have committed, and those that come
+	 * now wait, then find the table gone and put theirs in the queue
+	 */
+	LockRelationOid(relid, AccessExclusiveLock);
 	initStringInfo(&cols);
 	EventAppendColumns(&cols, p);
-	if (SPI_execute(psprintf("WITH parked AS (DELETE FROM %1$s.%2$s RETURNING %3$s)"
-							 " INSERT INTO %1$s.ingest (%3$s) SELECT * FROM parked",
-							 s, t, cols.data), false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not return the events of the moving keys of pipeline \"%s\" to its queue", p->name);
+	returning = relid;
+	PG_TRY();
+	{
+		if (SPI_execute(psprintf("WITH parked AS (DELETE FROM %1$s.%2$s RETURNING %3$s)"
+								 " INSERT INTO %1$s.ingest (%3$s) SELECT * FROM parked",
+								 s, t, cols.data), false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not return the events of the moving keys of pipeline \"%s\" to its queue", p->name);
+	}
+	PG_FINALLY();
+	{
+		returning = InvalidOid;
+	}
+	PG_END_TRY();
 	n = (int64) SPI_processed;
 	if (SPI_execute(psprintf("DROP TABLE %s.%s", s, t), false, 0) < 0)
 		elog(ERROR, "could not drop the table of the moving keys of pipeline \"%s\"", p->name);
