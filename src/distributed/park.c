@@ -10,16 +10,18 @@
  * fail): the old node parks them.  Table moving_<modulus>_<remainder> of
  * the pipeline's schema holds them, with the queue's columns but its own
  * two (ingest_slot, ingest_id), and the queue's trigger of the range
- * (exactonce.refuse_moved_key()) puts each event of the range there while
- * the table exists, and refuses it once the table is gone.  At the move's
+ * (exactonce.refuse_moved_key(), range.c) puts each event of the range
+ * there while the table exists, and refuses it once the table is gone and
+ * the range has moved away.  At the move's
  * switch the coordinator copies the parked events into the new node's
  * queue and drops the table; a move given up returns them to the old
  * node's queue (ParkReturn).  A resend of a parked event is a duplicate
  * like any other, so neither needs the other node's commit.
  *
  * So the old node's queue takes events throughout the move: the table and
- * the trigger come in one short transaction at its start, and the switch
- * takes no lock on the queue.
+ * the trigger (or, where it is there already, the lock it would take) come
+ * in one short transaction at its start, and the switch takes no lock on
+ * the queue.
  *
  *-------------------------------------------------------------------------
  */

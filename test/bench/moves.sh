@@ -5,11 +5,12 @@
 # 60).  Three throwaway clusters (tools/cluster.sh): a coordinator and two
 # nodes.  Each range (16, r), r even, goes from node1 to node2 and back;
 # a move that is refused is called once more.  It prints each refusal and
-# how many moves were done and refused, and checks the aggregates against
-# the producers' rows: a move is never half done (it is given up and
-# undone), but under this load the move back, to a node that
-# refuses the range since it gave it away, can wait on a cycle of locks
-# across the nodes until exactonce.move_lock_timeout (docs/distributed.md).
+# how many moves were done and refused, each move's keys, duration and
+# switch (how long it held the coordinator's producers, from its log), and
+# checks the aggregates against the producers' rows.  Each move back
+# reaches the node that gave the range away, whose refusal the move's row
+# of exactonce.key_move lifts (docs/distributed.md); a move is never half
+# done (given up, it is undone).
 # Run as root or as the postgres OS user, after "make install".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,7 @@ BASE=/tmp/exactonce-moves; PORT0=55680
 psql_on() { local dir=$1 port=$2; shift 2; PGHOST=$dir PGPORT=$port psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
 rm -rf $BASE; mkdir -p $BASE; chown postgres: $BASE
 names=(coordinator node1 node2)
-for i in 0 1 2; do bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10" >/dev/null; done
+for i in 0 1 2; do bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10" "log_min_messages = log" >/dev/null; done
 trap 'for n in "${names[@]}"; do bash tools/cluster.sh stop "$BASE/$n" immediate >/dev/null; done' EXIT
 for i in 1 2; do psql_on "$BASE/${names[$i]}" $((PORT0 + i)) -c "CREATE EXTENSION exactonce" >/dev/null; done
 C=("$BASE/coordinator" $PORT0)
@@ -55,6 +56,13 @@ diff=$(psql_on "${C[@]}" -c "WITH oracle AS (SELECT risk_type, region, trade_des
 	agg AS (SELECT risk_type, region, trade_desk, level, total, keys FROM dtrades.aggregates)
 	SELECT (SELECT count(*) FROM (SELECT * FROM agg EXCEPT ALL SELECT * FROM oracle) a)
 	     + (SELECT count(*) FROM (SELECT * FROM oracle EXCEPT ALL SELECT * FROM agg) o)")
+# the coordinator logs each move: its keys, its duration, its switch
+grep -A1 'LOG:  moved [0-9]* keys' "$BASE/coordinator/server.log" |
+	sed -n 's/.*moved \([0-9]*\) keys (\([0-9]*\), \([0-9]*\)) .* to server "\([a-z0-9]*\)" in \([0-9]*\) ms.*/\1 \2 \3 \4 \5/p; s/.*switch held .* for \([0-9]*\) ms until.*/switch \1/p' |
+	awk '$1 == "switch" { print "  move (" m ", " r ") to " to ": " k " keys in " d " ms, switch " $2 " ms"; next }
+		{ k = $1; m = $2; r = $3; to = $4; d = $5 }' | tee "$BASE/moves.txt"
+sed -n 's/.*switch \([0-9]*\) ms$/\1/p' "$BASE/moves.txt" | sort -n |
+	awk '{ v[NR] = $1 } END { if (NR) print "switch: median " v[int((NR + 1) / 2)] " ms, max " v[NR] " ms over " NR " moves" }'
 echo "moves: $ok done, $bad refused; $(grep -o 'number of transactions actually processed: [0-9]*' "$BASE/pgbench.out") statements of the producers; cells differing from theirs: $diff"
 [ "$diff" = 0 ] || exit 1
 [ "$(psql_on "${C[@]}" -c "SELECT count(*) FROM pg_prepared_xacts")" = 0 ] || echo "a prepared transaction is left at the coordinator"

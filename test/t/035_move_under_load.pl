@@ -30,6 +30,15 @@
 # 7. The same before the nodes prepared (the parked events that go with
 #    the keys), the new node's pipeline held meanwhile: the move stands
 #    on neither node and is given up.
+# 8. Keys moved back to the node that gave them away while a producer's
+#    transaction through the coordinator has written to both nodes: the
+#    node takes the range back by the move's row of key_move, without a
+#    lock on its queue, so the producer goes on writing to it while the
+#    move is prepared there, and the switch waits only for the producer's
+#    commit (before 1.26, the node's refusal was dropped with its queue's
+#    ACCESS EXCLUSIVE lock: the move waited on the producer there, or the
+#    producer on the prepared move while the switch waited on it, until
+#    exactonce.move_lock_timeout gave the move up).
 
 use strict;
 use warnings;
@@ -415,5 +424,85 @@ exact('after a move given up while the new node took none of its parked events')
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, 'node1')");
 cmp_ok($moved, '>', 0, "the same move made afterwards succeeds ($moved keys)");
 exact('after it');
+
+# 8. keys (4, 2), on node S (node1) since 7, go back to node T, which
+# gave them away in 7, then come back to S while a producer's transaction
+# is open: S's pipeline is held (a prepared transaction) so that the
+# move's half there waits until the producer has written to both nodes
+my $holder = $coord->safe_psql(
+	$db, q{
+SELECT o.option_value FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	JOIN pg_foreign_table f ON f.ftrelid = c.oid, pg_options_to_table(f.ftoptions) o,
+	regexp_match(pg_get_expr(c.relpartbound, c.oid), 'modulus (\d+), remainder (\d+)') b
+WHERE i.inhparent = 'trades.ingest'::regclass AND o.option_name = 'server'
+	AND 4 % b[1]::int = 0 AND 2 % b[1]::int = b[2]::int});
+my ($s, $t) = $holder eq 'node1' ? (0, 1) : (1, 0);
+my ($sname, $tname) = ("node" . ($s + 1), "node" . ($t + 1));
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, '$tname')");
+cmp_ok($moved, '>', 0, "keys (4, 2) go back from $sname to $tname ($moved keys)");
+is( $nodes[$s]->safe_psql(
+		$db, "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname = 'exactonce_moved_4_2'"),
+	"CHECK (exactonce.key_stays(key, 'trades'::name, 4, 2)) NOT VALID",
+	"$sname refuses them with a check of key_move");
+$nodes[$s]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
+$move = start_move(10000, 4, 2, $sname);
+ok( $nodes[$s]->poll_query_until(
+		$db,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys_in%' AND wait_event_type = 'Lock'"),
+	"the move back waits on ${sname}'s held pipeline");
+
+# open_round(session): one more round of events written in the session's
+# open transaction, to both nodes, within 5 s
+sub open_round
+{
+	my ($session) = @_;
+	$round++;
+	my ($from, $to) = (($round - 1) * 1000 + 1, $round * 1000);
+	$session->query_safe("SET LOCAL statement_timeout = '5s'");
+	$session->query_safe('INSERT INTO truth ' . ExactonceTest::events_sql($from, $to));
+	$session->query_safe(
+		"INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)"
+		  . " SELECT key, version, value, risk_type, region, trade_desk, deleted FROM truth"
+		  . " WHERE version BETWEEN $from AND $to");
+	$session->query_safe("INSERT INTO sent VALUES (1000)");
+	return;
+}
+my $producer = $coord->background_psql($db);
+$producer->query_safe('BEGIN');
+open_round($producer);
+$nodes[$s]->safe_psql($db, "ROLLBACK PREPARED 'hold'");
+my $at_switch =
+  "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%move_keys%' AND wait_event_type = 'Lock'";
+my $waited = 0;
+until ($coord->safe_psql($db, $at_switch) eq 't' || !$move->pumpable || $waited++ > 600)
+{
+	select(undef, undef, undef, 0.1);
+	$move->pump_nb;
+}
+ok($move->pumpable, "the move is prepared on both nodes, and its switch waits for the producer") or diag($merr);
+is( $nodes[$s]->safe_psql($db, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'exactonce_move:trades:4:2:%'"),
+	'1', "the move is prepared on $sname");
+ok(eval { open_round($producer); 1 }, "the producer writes to both nodes again meanwhile, unblocked") or diag($@);
+$producer->query_safe('COMMIT');
+$producer->quit;
+ok($move->finish, 'the producer committed, the move ends') or diag($merr);
+($mout) = $mout =~ /(\d+)\s*$/;
+cmp_ok($mout, '>', 0, "and moves the keys back ($mout)");
+is(server_of(4, 2), $sname, "the coordinator sends the range to $sname again");
+is( $nodes[$s]->safe_psql(
+		$db, "SELECT count(*) FROM pg_constraint"
+		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname LIKE 'exactonce_moved_4_2'"),
+	'1', "$sname keeps its check, lifted by the move's row");
+exact('after keys moved back under an open producer');
+$nodes[$s]->safe_psql($db, "SELECT exactonce.move_keys_settle('trades', 4, 2)");
+is( $nodes[$s]->safe_psql(
+		$db, "SELECT count(*) FROM pg_constraint"
+		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname LIKE 'exactonce_moved_4_2'"),
+	'0', "settled, $sname drops the check");
+$moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, '$tname')");
+cmp_ok($moved, '>', 0, "the keys leave $sname again ($moved keys)");
+produce(1);
+exact('after they left again');
 
 done_testing();
