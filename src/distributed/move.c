@@ -1145,27 +1145,44 @@ MoveParked(Move *mv)
 
 /*
  * MoveSettle has the first node refuse the range with a check instead of
- * its trigger, which keeps COPY into its queue batched.  Where its queue
- * is busy, or its version is before 1.14, the trigger stays (it refuses
- * them as well); exactonce.move_keys_settle() there settles it later.
+ * its trigger, which keeps COPY into its queue batched, and the second
+ * drop its trigger of the range if it has one (a settle that found its
+ * queue busy when the range left it): the range is back, and the trigger
+ * would keep that queue's COPY row by row.  A lifted check there stays
+ * (a hash of the range's keys), so as not to wait on that queue's lock
+ * here without need.  Where a queue is busy, or its version is before
+ * 1.14, the trigger stays (it refuses, or takes, the keys as it should);
+ * exactonce.move_keys_settle() there settles it later.
  */
 static void
 MoveSettle(Move *mv)
 {
 	const char *params[3] = {mv->name, psprintf("%d", mv->modulus), psprintf("%d", mv->remainder)};
-	char	   *settled;
 
-	if (MoveRun(mv, 0, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NULL",
-				0, NULL)[0] == 't')
-		return;
-	settled = MoveRun(mv, 0, "SELECT exactonce.move_keys_settle($1, $2::integer, $3::integer)", 3, params);
-	if (settled == NULL || strcmp(settled, "t") != 0)
-		ereport(LOG,
-				(errmsg("server \"%s\" refuses the keys (%d, %d) of pipeline \"%s\" with a trigger, its queue being busy",
-						mv->servers[0], mv->modulus, mv->remainder, mv->name),
-				 errdetail("A row trigger makes each COPY into that queue insert row by row."),
-				 errhint("Call exactonce.move_keys_settle('%s', %d, %d) on that node.", mv->name, mv->modulus,
-						 mv->remainder)));
+	for (int i = 0; i < 2; i++)
+	{
+		char	   *settled;
+
+		if (MoveRun(mv, i, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NULL",
+					0, NULL)[0] == 't')
+			continue;
+		if (i == 1 &&
+			MoveRun(mv, i, "SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger"
+					" WHERE tgrelid OPERATOR(pg_catalog.=)"
+					" pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) OPERATOR(pg_catalog.||) '.ingest')"
+					" AND tgname OPERATOR(pg_catalog.=)"
+					" pg_catalog.format('exactonce_moved_%s_%s', $2::pg_catalog.text, $3::pg_catalog.text)",
+					3, params)[0] == '0')
+			continue;
+		settled = MoveRun(mv, i, "SELECT exactonce.move_keys_settle($1, $2::integer, $3::integer)", 3, params);
+		if (settled == NULL || strcmp(settled, "t") != 0)
+			ereport(LOG,
+					(errmsg("server \"%s\" keeps its trigger of the keys (%d, %d) of pipeline \"%s\", its queue being busy",
+							mv->servers[i], mv->modulus, mv->remainder, mv->name),
+					 errdetail("A row trigger makes each COPY into that queue insert row by row."),
+					 errhint("Call exactonce.move_keys_settle('%s', %d, %d) on that node.", mv->name, mv->modulus,
+							 mv->remainder)));
+	}
 }
 
 /*

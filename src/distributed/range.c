@@ -155,13 +155,31 @@ LatestMove(const char *pipeline, int32 modulus, int32 remainder, char **server)
 }
 
 /*
- * RangeAway tells whether the range's latest move on the pipeline's node
- * took it away: its events are refused there, unless they are parked.
+ * TriggerOf and CheckOf find the trigger and the check of the range on the
+ * pipeline's queue; InvalidOid if there is none.
+ */
+static Oid
+TriggerOf(Pipeline *p, int32 modulus, int32 remainder)
+{
+	return get_trigger_oid(p->ingest, psprintf(REFUSAL_NAME, modulus, remainder), true);
+}
+
+static Oid
+CheckOf(Pipeline *p, int32 modulus, int32 remainder)
+{
+	return get_relation_constraint_oid(p->ingest, psprintf(REFUSAL_NAME, modulus, remainder), true);
+}
+
+/*
+ * RangeAway tells whether the range has moved away from the pipeline's
+ * node: the queue has its refusal, and the range's latest move here took
+ * it away.  Its events are refused, unless they are parked.
  */
 bool
 RangeAway(Pipeline *p, int32 modulus, int32 remainder)
 {
-	return LatestMove(p->name, modulus, remainder, NULL);
+	return (OidIsValid(TriggerOf(p, modulus, remainder)) || OidIsValid(CheckOf(p, modulus, remainder))) &&
+		LatestMove(p->name, modulus, remainder, NULL);
 }
 
 /*
@@ -352,22 +370,6 @@ exactonce_key_stays(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(true);
 	RefuseMovedKey(PG_GETARG_DATUM(0), modulus, remainder, text_to_cstring(PG_GETARG_TEXT_PP(3)));
 	pg_unreachable();
-}
-
-/*
- * TriggerOf and CheckOf find the trigger and the check of the range on the
- * pipeline's queue; InvalidOid if there is none.
- */
-static Oid
-TriggerOf(Pipeline *p, int32 modulus, int32 remainder)
-{
-	return get_trigger_oid(p->ingest, psprintf(REFUSAL_NAME, modulus, remainder), true);
-}
-
-static Oid
-CheckOf(Pipeline *p, int32 modulus, int32 remainder)
-{
-	return get_relation_constraint_oid(p->ingest, psprintf(REFUSAL_NAME, modulus, remainder), true);
 }
 
 /*

@@ -445,6 +445,11 @@ is( $nodes[$s]->safe_psql(
 		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname = 'exactonce_moved_4_2'"),
 	"CHECK (exactonce.key_stays(key, 'trades'::name, 4, 2)) NOT VALID",
 	"$sname refuses them with a check of key_move");
+# as a settle that found the queue busy leaves it, S refuses them with
+# its trigger too, which would keep COPY into its queue row by row
+$nodes[$s]->safe_psql($db,
+	"CREATE TRIGGER exactonce_moved_4_2 BEFORE INSERT ON trades.ingest FOR EACH ROW"
+	  . " EXECUTE FUNCTION exactonce.refuse_moved_key('4', '2', '$tname')");
 $nodes[$s]->safe_psql($db, "BEGIN; SELECT * FROM trades.progress FOR UPDATE; PREPARE TRANSACTION 'hold'");
 $move = start_move(10000, 4, 2, $sname);
 ok( $nodes[$s]->poll_query_until(
@@ -490,19 +495,25 @@ ok($move->finish, 'the producer committed, the move ends') or diag($merr);
 ($mout) = $mout =~ /(\d+)\s*$/;
 cmp_ok($mout, '>', 0, "and moves the keys back ($mout)");
 is(server_of(4, 2), $sname, "the coordinator sends the range to $sname again");
-is( $nodes[$s]->safe_psql(
-		$db, "SELECT count(*) FROM pg_constraint"
-		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname LIKE 'exactonce_moved_4_2'"),
-	'1', "$sname keeps its check, lifted by the move's row");
+# refusals(node): its trigger and its check of the range (4, 2)
+sub refusals
+{
+	my ($n) = @_;
+	return $n->safe_psql($db,
+		    "SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'trades.ingest'::regclass"
+		  . "  AND tgname = 'exactonce_moved_4_2') || '/' || (SELECT count(*) FROM pg_constraint"
+		  . "  WHERE conrelid = 'trades.ingest'::regclass AND conname = 'exactonce_moved_4_2')");
+}
+is(refusals($nodes[$s]), '0/0',
+	"the switch settled $sname, which had a trigger of the range: neither it nor the lifted check is left");
 exact('after keys moved back under an open producer');
-$nodes[$s]->safe_psql($db, "SELECT exactonce.move_keys_settle('trades', 4, 2)");
-is( $nodes[$s]->safe_psql(
-		$db, "SELECT count(*) FROM pg_constraint"
-		  . " WHERE conrelid = 'trades.ingest'::regclass AND conname LIKE 'exactonce_moved_4_2'"),
-	'0', "settled, $sname drops the check");
 $moved = $coord->safe_psql($db, "SELECT exactonce.move_keys('trades', 4, 2, '$tname')");
-cmp_ok($moved, '>', 0, "the keys leave $sname again ($moved keys)");
+cmp_ok($moved, '>', 0, "the keys go back to $tname again ($moved keys)");
+is(refusals($nodes[$t]), '0/1', "$tname keeps its check, lifted by the move's row");
+is(refusals($nodes[$s]), '0/1', "$sname refuses them with a check");
 produce(1);
 exact('after they left again');
+is($nodes[$t]->safe_psql($db, "SELECT exactonce.move_keys_settle('trades', 4, 2)") . ' ' . refusals($nodes[$t]),
+	"t 0/0", "settled, $tname drops the lifted check");
 
 done_testing();
