@@ -660,7 +660,12 @@ exactonce_move_keys_unpark(PG_FUNCTION_ARGS)
 				 errhint("Call exactonce.move_keys() at the coordinator again: it sends them there.")));
 	parked = ParkReturn(p, modulus, remainder);
 	/* the trigger parks nothing now: away with it, if the queue is not busy */
-	(void) RangeTidy(p, modulus, remainder);
+	if (!RangeTidy(p, modulus, remainder))
+		ereport(LOG,
+				(errmsg("the queue of pipeline \"%s\" keeps its trigger of the keys (%d, %d), being busy",
+						p->name, modulus, remainder),
+				 errdetail("The trigger takes the keys, but makes each COPY into the queue insert row by row."),
+				 errhint("Call exactonce.move_keys_settle('%s', %d, %d).", p->name, modulus, remainder)));
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();
