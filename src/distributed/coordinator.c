@@ -104,8 +104,9 @@ StaleReason(Distributed *d)
 	HeapTuple	tup;
 	Oid			nspowner;
 
-	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(StatementPrepareFixed("SELECT 1 FROM exactonce.pipeline"
+											   " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name", 1, types),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	d->single = SPI_processed > 0;
 	if (d->single)
@@ -171,10 +172,15 @@ CoordinatorLoad(const char *name, Distributed *d)
 	/* none before ALTER EXTENSION exactonce UPDATE made the registry */
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("distributed_pipeline", nsp)))
 		return false;
-	/* every column, by name: an update may not have added the newer ones */
-	if (SPI_execute_with_args("SELECT * FROM exactonce.distributed_pipeline"
-							  " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+
+	/*
+	 * every column, by name: an update may not have added the newer ones (the
+	 * kept plan is planned anew when it does); a partition of ingest reads
+	 * this once per statement, so the plan is kept
+	 */
+	if (SPI_execute_plan(StatementPrepareFixed("SELECT * FROM exactonce.distributed_pipeline"
+											   " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name", 1, types),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.distributed_pipeline");
 	if (SPI_processed == 0)
 		return false;
@@ -750,8 +756,9 @@ exactonce_create_distributed_pipeline(PG_FUNCTION_ARGS)
 	nestlevel = StatementPinSearchPath();
 	d.owner = GetUserId();
 	values[0] = CStringGetTextDatum(d.name);
-	if (SPI_execute_with_args("SELECT 1 FROM exactonce.pipeline WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(StatementPrepareFixed("SELECT 1 FROM exactonce.pipeline"
+											   " WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.name", 1, types),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read exactonce.pipeline");
 	if (SPI_processed > 0)
 		ereport(ERROR,
