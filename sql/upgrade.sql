@@ -262,14 +262,27 @@ INSERT INTO gave.ingest (key, version, value, d) SELECT key, 1, 1, 'x' FROM gave
 INSERT INTO gave.ingest (key, version, value, d) SELECT key, 1, 1, 'x' FROM gave_keys WHERE bucket % 2 = 1 LIMIT 1;
 \set VERBOSITY default
 SELECT exactonce.move_keys_unpark('gave', 8, 2) = (SELECT count(*) FROM gave_keys WHERE bucket = 2) AS returned;
--- 1.26: keys (2, 1) come back; the check made before 1.26, which refuses
--- for as long as it is there, is dropped with them; (8, 0) still refuses
+-- 1.26: the update put checks that a move back lifts in place of those
+-- made before (above); keys (2, 1) come back and are taken, their check
+-- staying, lifted; (8, 0) still refuses.  A check of the kind made before
+-- 1.26 that the update could not replace (made here by hand for keys
+-- (8, 6)) refuses for as long as it is there, and goes when its keys come
+-- back
 SELECT exactonce.move_keys_in('gave', 2, 1, 'node2', 'g4', NULL, NULL, NULL, NULL) AS came_back;
-SELECT k.conname FROM pg_constraint k WHERE k.conrelid = 'gave.ingest'::regclass AND k.conname LIKE 'exactonce_moved%';
 INSERT INTO gave.ingest (key, version, value, d) SELECT key, 2, 1, 'x' FROM gave_keys WHERE bucket % 2 = 1;
 \set VERBOSITY sqlstate
 INSERT INTO gave.ingest (key, version, value, d) SELECT key, 2, 1, 'x' FROM gave_keys WHERE bucket = 0 LIMIT 1;
+ALTER TABLE gave.ingest ADD CONSTRAINT exactonce_moved_8_6 CHECK (exactonce.key_stays(key, 8, 6, 'node3')) NOT VALID;
+INSERT INTO gave.ingest (key, version, value, d) SELECT key, 2, 1, 'x' FROM gave_keys WHERE bucket = 6 LIMIT 1;
 \set VERBOSITY default
+RESET ROLE;
+INSERT INTO exactonce.key_move (gid, pipeline, modulus, remainder, direction, peer, keys)
+VALUES ('g5', 'gave', 8, 6, 'out', 'node3', 0);
+SET ROLE regress_upgrade_owner;
+SELECT exactonce.move_keys_in('gave', 8, 6, 'node3', 'g6', NULL, NULL, NULL, NULL) AS came_back;
+SELECT k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k
+WHERE k.conrelid = 'gave.ingest'::regclass AND k.conname LIKE 'exactonce_moved%' ORDER BY 1;
+INSERT INTO gave.ingest (key, version, value, d) SELECT key, 2, 1, 'x' FROM gave_keys WHERE bucket = 6;
 SELECT exactonce.drop_pipeline('gave', force => true);
 SELECT exactonce.drop_pipeline('gave_w', force => true);
 DROP TABLE gave_keys;

@@ -472,6 +472,19 @@ RangeTakeBack(Pipeline *p, int32 modulus, int32 remainder)
 		elog(ERROR, "could not open the queue of pipeline \"%s\" to the keys again", p->name);
 }
 
+/*
+ * HaveNewCheck tells whether the catalog has the check of 1.26, which
+ * refuses only while the range is away (before ALTER EXTENSION UPDATE,
+ * checks of the kind made before go in).
+ */
+static bool
+HaveNewCheck(void)
+{
+	Oid			args[4] = {TEXTOID, NAMEOID, INT4OID, INT4OID};
+
+	return OidIsValid(LookupFuncName(list_make2(makeString("exactonce"), makeString("key_stays")), 4, args, true));
+}
+
 /* A range whose refusal is tidied (Tidy). */
 typedef struct TidyArgs
 {
@@ -512,14 +525,15 @@ Tidy(void *arg)
 	initStringInfo(&sql);
 	if (OidIsValid(TriggerOf(p, t->modulus, t->remainder)))
 		appendStringInfo(&sql, "DROP TRIGGER %s ON %s.ingest;\n", name, s);
-	if (!away && OidIsValid(check))
+	/* a check made before 1.26 gives way to one that a move back lifts */
+	if (OidIsValid(check) && (!away || (CheckBefore126(check) && HaveNewCheck())))
+	{
 		appendStringInfo(&sql, "ALTER TABLE %s.ingest DROP CONSTRAINT %s;\n", s, name);
+		check = InvalidOid;
+	}
 	if (away && !OidIsValid(check))
 	{
-		Oid			args[4] = {TEXTOID, NAMEOID, INT4OID, INT4OID};
-
-		/* before ALTER EXTENSION UPDATE to 1.26, the check of the time */
-		if (OidIsValid(LookupFuncName(list_make2(makeString("exactonce"), makeString("key_stays")), 4, args, true)))
+		if (HaveNewCheck())
 			appendStringInfo(&sql, "ALTER TABLE %1$s.ingest ADD CONSTRAINT %2$s"
 							 " CHECK (exactonce.key_stays(key, %3$s::pg_catalog.name, %4$d, %5$d)) NOT VALID;\n",
 							 s, name, quote_literal_cstr(p->name), t->modulus, t->remainder);
@@ -558,7 +572,10 @@ RangeTidy(Pipeline *p, int32 modulus, int32 remainder)
 	/* nothing to do, nothing to lock */
 	if (!OidIsValid(TriggerOf(p, modulus, remainder)) && !RangeParking(p, modulus, remainder))
 	{
-		if (RangeAway(p, modulus, remainder) == OidIsValid(CheckOf(p, modulus, remainder)))
+		Oid			check = CheckOf(p, modulus, remainder);
+
+		if (RangeAway(p, modulus, remainder) == OidIsValid(check) &&
+			!(OidIsValid(check) && CheckBefore126(check) && HaveNewCheck()))
 			return true;
 	}
 	return SubxactRun(Tidy, &t, LockTimedOut) == NULL && t.tidy;

@@ -9,9 +9,11 @@
  * range that comes back is taken in by the move's own row, without the
  * queue's ACCESS EXCLUSIVE lock, which the move's prepared transaction
  * held until the coordinator's switch while producers waited on it and the
- * switch on them.  Checks made before 1.26 (key_stays(key, modulus,
- * remainder, server)) go on refusing until their range comes back, which
- * drops them as before.
+ * switch on them.  The update puts the new check in place of each one made
+ * before 1.26 (key_stays(key, modulus, remainder, server)), as
+ * move_keys_settle() does (waiting at most 100 ms for a queue's lock); one
+ * it cannot replace is named in a warning, goes on refusing, and is dropped
+ * as before when its range comes back.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.26'" to load this file. \quit
@@ -28,3 +30,48 @@ COMMENT ON FUNCTION exactonce.move_keys_settle(text, integer, integer) IS
 
 COMMENT ON FUNCTION exactonce.key_stays(text, integer, integer, text) IS
 	'check of a node''s queue made before 1.26 once keys moved away: true for a key whose key_bucket(key, modulus) is not remainder, else the error that the key moved to server (EO004); a move that brings the keys back drops it';
+
+DO $$
+DECLARE
+	q record;
+	r record;
+	settled boolean;
+	why text;
+BEGIN
+	FOR q IN
+		SELECT p.name, c.oid::pg_catalog.regclass AS ingest
+		  FROM exactonce.pipeline p
+		  JOIN pg_catalog.pg_class c ON c.relname = 'ingest' AND c.relkind = 'p'
+			   AND c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(p.name))
+		 ORDER BY p.id
+	LOOP
+		FOR r IN
+			SELECT k.conname,
+				   (pg_catalog.regexp_match(k.conname, '^exactonce_moved_(\d+)_(\d+)$'))::pg_catalog.int4[] AS range
+			  FROM pg_catalog.pg_constraint k
+			 WHERE k.conrelid = q.ingest AND k.contype = 'c'
+			   AND k.conname ~ '^exactonce_moved_\d+_\d+$'
+			   AND EXISTS (SELECT FROM pg_catalog.pg_depend d
+							WHERE d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid = k.oid
+							  AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+							  AND d.refobjid = 'exactonce.key_stays(text, integer, integer, text)'::pg_catalog.regprocedure)
+			 ORDER BY k.conname
+		LOOP
+			why := 'its queue was busy';
+			BEGIN
+				settled := exactonce.move_keys_settle(q.name, r.range[1], r.range[2]);
+			EXCEPTION WHEN OTHERS THEN
+				settled := false;
+				why := SQLERRM;
+			END;
+			IF NOT settled THEN
+				RAISE WARNING 'check % of pipeline "%" (the keys (%, %)) was not replaced by the check of 1.26',
+					r.conname, q.name, r.range[1], r.range[2]
+					USING DETAIL = why,
+						  HINT = pg_catalog.format('Call SELECT exactonce.move_keys_settle(%L, %s, %s) later; the check refuses the keys until they come back meanwhile.',
+												   q.name, r.range[1], r.range[2]);
+			END IF;
+		END LOOP;
+	END LOOP;
+END
+$$;
