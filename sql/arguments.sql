@@ -44,6 +44,7 @@ SELECT call('exactonce.flush(text)', $$'nope'$$),
 	   call('exactonce.map_stage(text, exactonce.delta[], text, bigint)', $$'args', '{}', NULL, NULL$$),
 	   call('exactonce.state_upsert(text, anyarray)', $$'args', '{}'::text[]$$),
 	   call('exactonce.wait_applied(text, interval)', $$'nope', '1 second'$$),
+	   call('exactonce.key_stays(text, name, integer, integer)', $$'k', 'nope', 1, 0$$),
 	   call('exactonce.create_view(text, text, text[], text)', $$'nope', 'v', '{}', NULL$$);
 
 -- reduce_apply: three batches of one key that each build on the one before

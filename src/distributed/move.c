@@ -1168,16 +1168,15 @@ MoveSettle(Move *mv)
 	{
 		char	   *settled;
 
-		if (MoveRun(mv, i, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NULL",
-					0, NULL)[0] == 't')
-			continue;
-		if (i == 1 &&
-			MoveRun(mv, i, "SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger"
-					" WHERE tgrelid OPERATOR(pg_catalog.=)"
+		/* one round trip each: the switch holds the producers */
+		if (MoveRun(mv, i, i == 0 ?
+					"SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL" :
+					"SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL"
+					" AND EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid OPERATOR(pg_catalog.=)"
 					" pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) OPERATOR(pg_catalog.||) '.ingest')"
 					" AND tgname OPERATOR(pg_catalog.=)"
-					" pg_catalog.format('exactonce_moved_%s_%s', $2::pg_catalog.text, $3::pg_catalog.text)",
-					3, params)[0] == '0')
+					" pg_catalog.format('exactonce_moved_%s_%s', $2::pg_catalog.text, $3::pg_catalog.text))",
+					i == 0 ? 0 : 3, params)[0] != 't')
 			continue;
 		settled = MoveRun(mv, i, "SELECT exactonce.move_keys_settle($1, $2::integer, $3::integer)", 3, params);
 		if (settled == NULL || strcmp(settled, "t") != 0)

@@ -256,7 +256,12 @@ Refused(const char *pipeline, int32 modulus, int32 remainder, const char **serve
 	{
 		/* whether a queue takes a key is for those who may insert into it */
 		ingest = get_relname_relid("ingest", get_namespace_oid(pipeline, true));
-		if (!OidIsValid(ingest) || pg_class_aclcheck(ingest, key.role, ACL_INSERT) != ACLCHECK_OK)
+		if (!OidIsValid(ingest))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("pipeline \"%s\" does not exist", pipeline),
+					 errhint("The view exactonce.pipelines lists the pipelines.")));
+		if (pg_class_aclcheck(ingest, key.role, ACL_INSERT) != ACLCHECK_OK)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("permission denied for the queue of pipeline \"%s\"", pipeline),
