@@ -857,7 +857,7 @@ exactonce_drain_main(Datum arg)
 	 * A batch's arrays (events, key states, deltas) are megabytes, freed at
 	 * its end; glibc would hand them back to the kernel and the next batch
 	 * would fault every page in again.  The worker keeps up to 128 MB of them
-	 * instead (exactonce.batch_memory, 64 MB, bounds what a batch takes)
+	 * instead (exactonce.batch_memory, 128 MB, bounds what a batch takes)
 	 * until it goes idle, and only arrays over 32 MB get mappings of their
 	 * own.
 	 */

@@ -60,7 +60,7 @@
 /* exactonce.batch_size, exactonce.batch_memory (kB), exactonce.batch_delay (ms) */
 static int	exactonce_batch_size = 100000;
 static int	exactonce_batch_delay = 0;
-static int	exactonce_batch_memory = 65536;
+static int	exactonce_batch_memory = 131072;
 
 /* the first limit of a shard, and the smallest that memory may force */
 #define BATCH_FIRST			10000
@@ -121,7 +121,7 @@ DrainInit(void)
 							"Memory a batch may use before the next batch of its shard is made smaller.",
 							"Batches grow toward exactonce.batch_size while they stay within this.",
 							&exactonce_batch_memory,
-							65536, 1024, MAX_KILOBYTES,
+							131072, 1024, MAX_KILOBYTES,
 							PGC_USERSET,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);

@@ -29,7 +29,7 @@ like($err, qr/ERROR:  exactonce.wait_applied\(\) needs exactonce in shared_prelo
 	'wait_applied refuses at once: no worker would apply anything');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.batch_size; SHOW exactonce.batch_memory"),
-	"1\n100000\n64MB", 'once loaded, the settings of every backend exist');
+	"1\n100000\n128MB", 'once loaded, the settings of every backend exist');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SELECT count(*) FROM exactonce.pipelines; SHOW exactonce.workers");
 isnt($rc, 0, 'the postmaster-only settings do not exist without the preload');
