@@ -36,5 +36,21 @@ SELECT batches - :before >= 20 AS shrank, applied FROM exactonce.pipelines WHERE
 RESET exactonce.batch_memory;
 SELECT sum(total), sum(keys) FROM b.aggregates WHERE level = 0;
 
+-- a pipeline with min and max and a distinct count holds more of a batch
+-- per event; with the default batch_memory (128MB) its batches still
+-- double to 80,000 here: 250,000 events in 6 batches (10,000, 20,000,
+-- 40,000, 80,000, 80,000, 20,000), where at 64MB they stopped at 40,000
+-- (8 batches)
+SELECT exactonce.create_pipeline('rich', ARRAY['d', 'e'], shards => 1, measures => ARRAY['m'],
+	min_max => ARRAY['m'], distinct_counts => ARRAY['u']);
+SELECT exactonce.pause('rich');
+INSERT INTO rich.ingest (key, version, value, d, e, m, u)
+	SELECT 'key-' || i, 1, i % 100, 'd' || (i % 7), 'e' || (i % 13), i % 1000, 'user-' || (i % 5000)
+	FROM generate_series(1, 250000) i;
+SELECT exactonce.flush('rich');
+SELECT batches <= 6 AS grew, applied FROM exactonce.pipelines WHERE name = 'rich';
+SELECT keys, m_min, m_max, u_distinct FROM rich.aggregates WHERE level = 0;
+SELECT exactonce.drop_pipeline('rich');
+
 SELECT exactonce.drop_pipeline('b');
 DROP EXTENSION exactonce;
