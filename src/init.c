@@ -24,6 +24,7 @@
 #include "distributed/route.h"
 #include "engine/drain.h"
 #include "engine/feed.h"
+#include "engine/queuecopy.h"
 #include "utils/fault.h"
 #include "utils/shmem.h"
 #include "worker.h"
@@ -44,6 +45,7 @@ _PG_init(void)
 	FeedInit();
 	MoveInit();
 	RouteInit();
+	QueueCopyInit();		/* after RouteInit: the coordinator's ingest is routed */
 	UtilityInit();
 	WorkerInit();
 	MarkGUCPrefixReserved("exactonce");

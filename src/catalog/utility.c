@@ -38,7 +38,8 @@
 #include "catalog/utility.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
-static UtilityCopyHandler copy_handler = NULL;
+static UtilityCopyHandler copy_handlers[2];
+static int	ncopy_handlers = 0;
 static bool exactonce_guard_columns = true;
 static bool utility_own = false;	/* exactonce's own DDL is running */
 
@@ -123,9 +124,9 @@ UtilityProcess(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (exactonce_guard_columns && !creating_extension && !utility_own &&
 		IsA(pstmt->utilityStmt, AlterTableStmt))
 		UtilityCheckAlterTable((AlterTableStmt *) pstmt->utilityStmt);
-	if (copy_handler != NULL && IsA(pstmt->utilityStmt, CopyStmt))
+	for (int i = 0; i < ncopy_handlers && IsA(pstmt->utilityStmt, CopyStmt); i++)
 	{
-		int64		processed = copy_handler((CopyStmt *) pstmt->utilityStmt, queryString);
+		int64		processed = copy_handlers[i] ((CopyStmt *) pstmt->utilityStmt, queryString);
 
 		if (processed >= 0)
 		{
@@ -165,12 +166,15 @@ UtilityExecOwn(const char *sql)
 }
 
 /*
- * UtilitySetCopyHandler has the hook hand each COPY to handler first.
+ * UtilityAddCopyHandler has the hook hand each COPY to handler, after the
+ * handlers added before it, until one runs it.
  */
 void
-UtilitySetCopyHandler(UtilityCopyHandler handler)
+UtilityAddCopyHandler(UtilityCopyHandler handler)
 {
-	copy_handler = handler;
+	if (ncopy_handlers == lengthof(copy_handlers))
+		elog(ERROR, "too many COPY handlers");
+	copy_handlers[ncopy_handlers++] = handler;
 }
 
 /*

@@ -12,12 +12,13 @@
 
 /*
  * A COPY a higher layer runs itself: it returns the rows it took, or -1,
- * having read nothing, for PostgreSQL's COPY to run it (distributed/route.c).
+ * having read nothing, for the next handler or PostgreSQL's COPY to run it
+ * (distributed/route.c, engine/queuecopy.c).
  */
 typedef int64 (*UtilityCopyHandler) (CopyStmt *stmt, const char *query);
 
 extern void UtilityInit(void);
 extern void UtilityExecOwn(const char *sql);
-extern void UtilitySetCopyHandler(UtilityCopyHandler handler);
+extern void UtilityAddCopyHandler(UtilityCopyHandler handler);
 
 #endif							/* EXACTONCE_UTILITY_H */

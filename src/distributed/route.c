@@ -378,5 +378,5 @@ RouteInit(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
-	UtilitySetCopyHandler(RouteCopy);
+	UtilityAddCopyHandler(RouteCopy);
 }

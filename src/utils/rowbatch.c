@@ -3,7 +3,8 @@
  * rowbatch.c
  *		New rows of a pipeline table inserted a page at a time.
  *
- * A batch inserts many rows into state, seen and distincts.  One by one,
+ * A batch inserts many rows into state, seen and distincts, and a COPY
+ * into the queue many more (engine/queuecopy.c).  One by one,
  * each is a WAL record of its own, about 50 bytes besides the row; the
  * table AM's multi-insert (what COPY uses) logs the rows that land on one
  * page as one record, about 8 bytes each besides the row, and locks each
@@ -70,7 +71,8 @@ InsertRows(RowBatch *rb)
 	for (int i = 0; i < rb->nrows; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		rb->index(rb->slots[i], rb->tags[i], rb->arg);
+		if (rb->index != NULL)
+			rb->index(rb->slots[i], rb->tags[i], rb->arg);
 		ExecClearTuple(rb->slots[i]);
 	}
 	rb->nrows = 0;
@@ -108,6 +110,15 @@ RowBatchAdd(RowBatch *rb, int tag)
 	/* the row's own copy: what it points to may be gone when it is inserted */
 	ExecMaterializeSlot(slot);
 	rb->tags[rb->nrows++] = tag;
+}
+
+/*
+ * RowBatchFlush inserts the rows gathered so far; the slots stay for more.
+ */
+void
+RowBatchFlush(RowBatch *rb)
+{
+	InsertRows(rb);
 }
 
 /*

@@ -13,12 +13,16 @@
 
 typedef struct RowBatch RowBatch;
 
-/* makes the index entries of a row just inserted (its TID is in the slot) */
+/*
+ * makes the index entries of a row just inserted (its TID is in the slot);
+ * NULL for a table without indexes
+ */
 typedef void (*RowBatchIndexFn) (TupleTableSlot *slot, int tag, void *arg);
 
 extern RowBatch *RowBatchBegin(Relation rel, RowBatchIndexFn index, void *arg);
 extern TupleTableSlot *RowBatchSlot(RowBatch *rb);
 extern void RowBatchAdd(RowBatch *rb, int tag);
+extern void RowBatchFlush(RowBatch *rb);
 extern void RowBatchEnd(RowBatch *rb);
 
 #endif							/* EXACTONCE_ROWBATCH_H */

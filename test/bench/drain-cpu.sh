@@ -22,14 +22,15 @@
 # where a CASE is a line for postgresql.conf, a path to an exactonce.so to
 # install for the run (the library installed last stays), "sql:STATEMENTS"
 # to run once the pipeline t is made ("sql:ALTER TABLE t.state SET
-# (fillfactor = 33)"), or "-" for none.  Run as root or as the postgres OS
-# user, after "make install".
+# (fillfactor = 33)"), or "-" for none.  With PERF=PREFIX, each drain's
+# workers are profiled (perf record -g) into PREFIX.<kind>.data.  Run as
+# root or as the postgres OS user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ROUNDS=1
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then ROUNDS=$1; shift; fi
-[ $# -gt 0 ] || { sed -n '2,26p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,28p' "$0"; exit 2; }
 EVENTS=${EVENTS:-1000000}
 TRADES=${TRADES:-200000}
 SHARDS=${SHARDS:-1}
@@ -91,11 +92,13 @@ INSERT INTO t.ingest ($COLS$extra) SELECT $COLS$sel FROM ev;
 CHECKPOINT;
 SQL
 			c0=$(cpu "$pids")
+			[ -z "${PERF:-}" ] || { perf record -q -g -F 999 -p "$pids" -o "$PERF.$kind.data" >/dev/null 2>&1 & perfpid=$!; sleep 0.5; }
 			t0=$(date +%s.%N)
 			q -c "SELECT exactonce.resume('t')" >/dev/null
 			until [ "$(q -c "SELECT queued = 0 AND staged = 0 FROM exactonce.pipelines WHERE name = 't'")" = t ]; do sleep 0.02; done
 			t1=$(date +%s.%N)
 			c1=$(cpu "$pids")
+			[ -z "${PERF:-}" ] || { kill -INT $perfpid; wait $perfpid || true; }
 			sleep 0.7    # the statistics of the last transactions
 			st=$(q -c "SELECT concat_ws(' ', n_tup_upd, round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1)) || '%',
 				pg_relation_size(relid) / 8192) FROM pg_stat_user_tables WHERE relid = 't.state'::regclass")

@@ -9,7 +9,9 @@
 # CPU per event (from /proc).  What grows as the statements shrink is what
 # each statement and each commit cost apart from their rows: a
 # coordinator that splits a producer's statement among its nodes
-# multiplies both on every node.
+# multiplies both on every node.  SETTINGS (default none), settings
+# name=value separated by spaces, each run in turn on the same chunks:
+#   SETTINGS="exactonce.queue_copy=on exactonce.queue_copy=off" bash test/bench/statements.sh
 # Run as root or as the postgres OS user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +19,7 @@ cd "$(dirname "$0")/../.."
 EVENTS=${EVENTS:-500000}
 SHARDS=${SHARDS:-4}
 SIZES=${SIZES:-10000 2500 1000}
+SETTINGS=${SETTINGS:--}
 B=/tmp/exactonce-statements
 P=55590
 q() { PGHOST=$B/c PGPORT=$P psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
@@ -53,7 +56,7 @@ run() {
 		[ "$2" = one ] && echo 'COMMIT;'
 		echo "\\! awk -v n=$EVENTS '{ printf \"%.2f\", (\$14 + \$15) / $(getconf CLK_TCK) / n * 1e6 }' /proc/\$BPID/stat"
 	} >"$B/run.sql"
-	q -f "$B/run.sql"
+	PGOPTIONS=$([ "$3" = - ] || echo "-c $3") q -f "$B/run.sql"
 }
 
 echo "== $EVENTS events by COPY into a paused pipeline of $SHARDS shards, and into a plain table; the backend's CPU per event"
@@ -62,11 +65,14 @@ for size in $SIZES; do
 	split -l "$size" -d -a 5 "$B/events.copy" "$B/chunk."
 	chmod a+r "$B"/chunk.*
 	for tx in each one; do
-		fresh
-		printf 'statements of %6d rows, %-32s %s us\n' "$size" \
-			"$([ $tx = each ] && echo "each its own transaction:" || echo "all in one transaction:")" "$(run t.ingest $tx)"
+		for set in $SETTINGS; do
+			fresh
+			printf 'statements of %6d rows, %-32s %s us%s\n' "$size" \
+				"$([ $tx = each ] && echo "each its own transaction:" || echo "all in one transaction:")" \
+				"$(run t.ingest $tx "$set")" "$([ "$set" = - ] || echo "  ($set)")"
+		done
 	done
 	q -c "DROP TABLE IF EXISTS plain" -c "CREATE TABLE plain (key text, version bigint, value numeric, risk_type text,
 		region text, trade_desk text, deleted boolean, event_time timestamptz)" 2>/dev/null
-	printf 'statements of %6d rows, %-32s %s us\n' "$size" "a plain table, all in one:" "$(run plain one)"
+	printf 'statements of %6d rows, %-32s %s us\n' "$size" "a plain table, all in one:" "$(run plain one -)"
 done

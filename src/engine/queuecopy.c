@@ -1,0 +1,420 @@
+/*-------------------------------------------------------------------------
+ *
+ * queuecopy.c
+ *		A producer's COPY into a pipeline's queue, its rows inserted a page at
+ *		a time from slots that cost the resource owner nothing.
+ *
+ * PostgreSQL 15's COPY buffers up to 1,000 rows per partition in slots of
+ * the partition's own descriptor, made anew by each statement, and each
+ * slot pins the descriptor with the statement's resource owner.  A
+ * thousand pins of one descriptor make the owner's array a hash in which
+ * every pin probes past all the others, made and dropped: a statement of
+ * 1,000 rows spends about a quarter of its backend's time there, and a
+ * coordinator, which splits each producer statement among its nodes,
+ * makes every node pay it once per node and statement.  So, with the
+ * library preloaded, the ProcessUtility hook (catalog/utility.c) hands
+ * each COPY here, and one FROM STDIN or a server file into a local
+ * pipeline's ingest runs as PostgreSQL's would, but for its slots: the
+ * rows are parsed (NextCopyFrom: every format, the defaults, the
+ * identity), routed to their leaf (ExecFindPartition), given their
+ * generated columns and checked against the leaf's constraints
+ * (ingest_slot_open among them) as PostgreSQL's COPY does it, and
+ * inserted with the table AM's multi-insert (utils/rowbatch.c, whose
+ * slots use a copy of the descriptor that is not reference counted), up
+ * to 1,000 rows at a time, as PostgreSQL's are.  The statement triggers
+ * of ingest (wake among them) fire as they would.
+ *
+ * The path is taken only where that changes nothing else: no WHERE, no
+ * FREEZE, no program, a server file only for those who may read it, no
+ * row-level security, no volatile default of a column left out but
+ * event_time's clock_timestamp() (PostgreSQL's COPY inserts row by row
+ * with any, as one may read the table; this path does so with none), no row
+ * trigger or transition table on ingest, and every partition a heap table
+ * or a partitioned one without triggers or indexes; the rights to insert
+ * are checked as COPY checks them.  Anything else, and exactonce.queue_copy
+ * off, goes to PostgreSQL's COPY.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_proc.h"
+#include "commands/copy.h"
+#include "commands/defrem.h"
+#include "commands/progress.h"
+#include "commands/trigger.h"
+#include "executor/execPartition.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_relation.h"
+#include "pgstat.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/syscache.h"
+
+#include "catalog/utility.h"
+#include "engine/queuecopy.h"
+#include "utils/rowbatch.h"
+
+/* rows buffered in all the leaves before they are inserted: COPY's own */
+#define QUEUE_COPY_ROWS 1000
+
+static bool exactonce_queue_copy = true;
+
+/* A leaf the statement inserts into, and its rows waiting */
+typedef struct Leaf
+{
+	ResultRelInfo *rri;
+	RowBatch   *rows;
+} Leaf;
+
+/* The leaves of a statement */
+typedef struct Leaves
+{
+	Leaf	   *leaf;
+	int			n;
+	int			size;
+} Leaves;
+
+/*
+ * OptionsServed says whether a COPY's options leave the statement to this
+ * path: FREEZE is refused on a partitioned table by PostgreSQL's COPY.
+ */
+static bool
+OptionsServed(List *options)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+		if (strcmp(lfirst_node(DefElem, lc)->defname, "freeze") == 0)
+			return false;
+	return true;
+}
+
+/*
+ * TreeServed says whether every partition under rel, the queue's parent,
+ * is one this path inserts into as PostgreSQL's COPY would: a heap table,
+ * or a partitioned table, without triggers and without indexes.
+ */
+static bool
+TreeServed(Relation rel)
+{
+	List	   *parts = find_all_inheritors(RelationGetRelid(rel), NoLock, NULL);
+	ListCell   *lc;
+	bool		served = true;
+
+	foreach(lc, parts)
+	{
+		HeapTuple	tup;
+		Form_pg_class form;
+
+		if (lfirst_oid(lc) == RelationGetRelid(rel))
+			continue;
+		tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
+		if (!HeapTupleIsValid(tup))
+		{
+			served = false;
+			break;
+		}
+		form = (Form_pg_class) GETSTRUCT(tup);
+		served = !form->relhastriggers && !form->relhasindex &&
+			(form->relkind == RELKIND_PARTITIONED_TABLE ||
+			 (form->relkind == RELKIND_RELATION && form->relam == HEAP_TABLE_AM_OID));
+		ReleaseSysCache(tup);
+		if (!served)
+			break;
+	}
+	list_free(parts);
+	return served;
+}
+
+/*
+ * IngestServed says whether rel, opened, is a queue this path serves: a
+ * partitioned table named ingest, partitioned by list, with no row-level
+ * security, no row trigger or transition table, and a tree TreeServed
+ * takes.
+ */
+static bool
+IngestServed(Relation rel)
+{
+	TriggerDesc *trig = rel->trigdesc;
+
+	if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE ||
+		strcmp(RelationGetRelationName(rel), "ingest") != 0 ||
+		RelationGetPartitionKey(rel)->strategy != PARTITION_STRATEGY_LIST ||
+		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+		return false;
+	if (trig != NULL &&
+		(trig->trig_insert_before_row || trig->trig_insert_after_row ||
+		 trig->trig_insert_instead_row || trig->trig_insert_new_table))
+		return false;
+	return TreeServed(rel);
+}
+
+/*
+ * DefaultVolatileFunction says whether func is volatile and neither nextval
+ * (an identity's) nor clock_timestamp (event_time's), which cannot read the
+ * table.
+ */
+static bool
+DefaultVolatileFunction(Oid func, void *context)
+{
+	return func != F_NEXTVAL && func != F_CLOCK_TIMESTAMP && func_volatile(func) == PROVOLATILE_VOLATILE;
+}
+
+static bool
+DefaultVolatileWalker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, DefaultVolatileFunction, context))
+		return true;
+	return expression_tree_walker(node, DefaultVolatileWalker, context);
+}
+
+/*
+ * DefaultsVolatile says whether a column the COPY leaves out has a default
+ * that may read the table: a volatile function, as BeginCopyFrom judges it,
+ * but for event_time's clock_timestamp.  PostgreSQL's COPY inserts row by
+ * row then; clock_timestamp() alone still lets the rows go a page at a time.
+ */
+static bool
+DefaultsVolatile(Relation rel, List *attnums)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *expr;
+
+		if (att->attisdropped || att->attgenerated || list_member_int(attnums, att->attnum))
+			continue;
+		expr = build_column_default(rel, att->attnum);
+		if (expr != NULL && DefaultVolatileWalker(expr, NULL))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * LeafFor returns the statement's leaf for the partition the row was routed
+ * to, set up for its first row.  The tree was checked before the first row
+ * was read; a leaf that has since gained a trigger or an index, which this
+ * path would neither fire nor fill, fails the statement.
+ */
+static Leaf *
+LeafFor(Leaves *leaves, ResultRelInfo *rri)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	Leaf	   *leaf;
+
+	for (int i = 0; i < leaves->n; i++)
+		if (leaves->leaf[i].rri == rri)
+			return &leaves->leaf[i];
+	if (rel->trigdesc != NULL || rri->ri_NumIndices > 0 || rri->ri_FdwRoutine != NULL ||
+		rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relam != HEAP_TABLE_AM_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("partition \"%s\" gained a trigger or an index while events were copied into it",
+						RelationGetRelationName(rel)),
+				 errhint("Copy the events again.")));
+	if (leaves->n == leaves->size)
+	{
+		leaves->size = Max(8, 2 * leaves->size);
+		leaves->leaf = leaves->leaf == NULL ? palloc(sizeof(Leaf) * leaves->size) :
+			repalloc(leaves->leaf, sizeof(Leaf) * leaves->size);
+	}
+	leaf = &leaves->leaf[leaves->n++];
+	leaf->rri = rri;
+	leaf->rows = RowBatchBegin(rel, NULL, NULL);
+	return leaf;
+}
+
+/*
+ * CopyIntoQueue runs a COPY FROM STDIN or a file into a pipeline's queue (see
+ * the top of the file) and returns the rows it inserted; or -1, having read
+ * nothing, where PostgreSQL's COPY is to run it.
+ */
+static int64
+CopyIntoQueue(CopyStmt *stmt, const char *query)
+{
+	Relation	rel;
+	Oid			relid;
+	List	   *attnums;
+	ParseState *pstate;
+	RangeTblEntry *rte;
+	CopyFromState cstate;
+	EState	   *estate;
+	ModifyTableState *mtstate;
+	ResultRelInfo *root;
+	PartitionTupleRouting *proute;
+	ExprContext *econtext;
+	TupleDesc	rootdesc;
+	TupleTableSlot *rootslot;
+	ErrorContextCallback errcallback;
+	MemoryContext stmtcxt = CurrentMemoryContext;
+	Leaves		leaves = {0};
+	int			buffered = 0;
+	int64		processed = 0;
+	ListCell   *lc;
+
+	if (!exactonce_queue_copy || !stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
+		stmt->relation == NULL || !OptionsServed(stmt->options))
+		return -1;
+	/* a server file for those who may read them; PostgreSQL refuses others */
+	if (stmt->filename != NULL && !has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return -1;
+	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
+		return -1;
+	rel = try_table_open(relid, RowExclusiveLock);
+	if (rel == NULL)
+		return -1;
+	attnums = CopyGetAttnums(RelationGetDescr(rel), rel, stmt->attlist);
+	if (!IngestServed(rel) || DefaultsVolatile(rel, attnums))
+	{
+		table_close(rel, NoLock);
+		return -1;
+	}
+
+	/* the rights to insert, as COPY checks them */
+	pstate = make_parsestate(NULL);
+	pstate->p_sourcetext = query;
+	rte = addRangeTableEntryForRelation(pstate, rel, RowExclusiveLock, NULL, false, false)->p_rte;
+	rte->requiredPerms = ACL_INSERT;
+	foreach(lc, attnums)
+		rte->insertedCols = bms_add_member(rte->insertedCols,
+										   lfirst_int(lc) - FirstLowInvalidHeapAttributeNumber);
+	ExecCheckRTPerms(pstate->p_rtable, true);
+	PreventCommandIfReadOnly("COPY FROM");
+	PreventCommandIfParallelMode("COPY FROM");
+
+	cstate = BeginCopyFrom(pstate, rel, NULL, stmt->filename, false, NULL, stmt->attlist, stmt->options);
+
+	/* the executor's state for routing, constraints and statement triggers */
+	estate = CreateExecutorState();
+	ExecInitRangeTable(estate, pstate->p_rtable);
+	root = makeNode(ResultRelInfo);
+	ExecInitResultRelation(estate, root, 1);
+	CheckValidResultRel(root, CMD_INSERT);
+	mtstate = makeNode(ModifyTableState);
+	mtstate->ps.state = estate;
+	mtstate->operation = CMD_INSERT;
+	mtstate->mt_nrels = 1;
+	mtstate->resultRelInfo = root;
+	mtstate->rootResultRelInfo = root;
+	AfterTriggerBeginQuery();
+	proute = ExecSetupPartitionTupleRouting(estate, rel);
+	ExecBSInsertTriggers(estate, root);
+	econtext = GetPerTupleExprContext(estate);
+
+	/* the rows as parsed, in a slot that pins no descriptor */
+	rootdesc = CreateTupleDescCopy(RelationGetDescr(rel));
+	rootslot = MakeSingleTupleTableSlot(rootdesc, &TTSOpsVirtual);
+
+	errcallback.callback = CopyFromErrorCallback;
+	errcallback.arg = (void *) cstate;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
+
+	for (;;)
+	{
+		ResultRelInfo *rri;
+		Leaf	   *leaf;
+		TupleTableSlot *slot;
+		TupleConversionMap *map;
+		TupleDesc	constr;
+
+		CHECK_FOR_INTERRUPTS();
+		ResetPerTupleExprContext(estate);
+		MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+		ExecClearTuple(rootslot);
+		if (!NextCopyFrom(cstate, econtext, rootslot->tts_values, rootslot->tts_isnull))
+			break;
+		ExecStoreVirtualTuple(rootslot);
+		rri = ExecFindPartition(mtstate, root, proute, rootslot, estate);
+
+		/* the row in the leaf's own slot, in the leaf's column order */
+		MemoryContextSwitchTo(stmtcxt);
+		leaf = LeafFor(&leaves, rri);
+		slot = RowBatchSlot(leaf->rows);
+		map = rri->ri_RootToPartitionMap;
+		for (int i = 0; i < slot->tts_tupleDescriptor->natts; i++)
+		{
+			int			from = map != NULL ? map->attrMap->attnums[i] - 1 : i;
+
+			if (from < 0)
+				continue;
+			slot->tts_values[i] = rootslot->tts_values[from];
+			slot->tts_isnull[i] = rootslot->tts_isnull[from];
+		}
+		RowBatchAdd(leaf->rows, 0);
+
+		MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+		constr = rri->ri_RelationDesc->rd_att;
+		if (constr->constr != NULL && constr->constr->has_generated_stored)
+			ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+		if (constr->constr != NULL)
+			ExecConstraints(rri, slot, estate);
+		pgstat_progress_update_param(PROGRESS_COPY_TUPLES_PROCESSED, ++processed);
+
+		if (++buffered == QUEUE_COPY_ROWS)
+		{
+			for (int i = 0; i < leaves.n; i++)
+				RowBatchFlush(leaves.leaf[i].rows);
+			buffered = 0;
+		}
+	}
+	MemoryContextSwitchTo(stmtcxt);
+	for (int i = 0; i < leaves.n; i++)
+		RowBatchEnd(leaves.leaf[i].rows);
+	error_context_stack = errcallback.previous;
+
+	ExecASInsertTriggers(estate, root, NULL);
+	AfterTriggerEndQuery(estate);
+	ExecDropSingleTupleTableSlot(rootslot);
+	FreeTupleDesc(rootdesc);
+	ExecCleanupTupleRouting(mtstate, proute);
+	ExecCloseResultRelations(estate);
+	ExecCloseRangeTableRelations(estate);
+	FreeExecutorState(estate);
+	EndCopyFrom(cstate);
+	table_close(rel, NoLock);
+	return processed;
+}
+
+/*
+ * QueueCopyInit defines exactonce.queue_copy and hands CopyIntoQueue the
+ * COPYs that utility.c's hook sees (when the library is preloaded).
+ */
+void
+QueueCopyInit(void)
+{
+	DefineCustomBoolVariable("exactonce.queue_copy",
+							 "Inserts a COPY into a pipeline's queue a page at a time without PostgreSQL 15's cost per buffered row.",
+							 "Off, PostgreSQL's COPY runs it. Needs the library in shared_preload_libraries.",
+							 &exactonce_queue_copy,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+	UtilityAddCopyHandler(CopyIntoQueue);
+}
