@@ -160,3 +160,6 @@ SELECT ingested, applied, duplicates, dead_lettered FROM exactonce.pipelines WHE
 SELECT exactonce.drop_pipeline('qc', force => true);
 DROP ROLE qc_producer;
 DROP ROLE qc_reader;
+DROP TABLE truth, fired;
+DROP FUNCTION qc_stmt(), qc_row();
+DROP EXTENSION exactonce;

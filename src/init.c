@@ -45,7 +45,8 @@ _PG_init(void)
 	FeedInit();
 	MoveInit();
 	RouteInit();
-	QueueCopyInit();		/* after RouteInit: the coordinator's ingest is routed */
+	/* after RouteInit: a COPY into a coordinator's ingest is routed */
+	QueueCopyInit();
 	UtilityInit();
 	WorkerInit();
 	MarkGUCPrefixReserved("exactonce");

@@ -79,19 +79,19 @@
 static bool exactonce_queue_copy = true;
 
 /* A leaf the statement inserts into, and its rows waiting */
-typedef struct Leaf
+typedef struct CopyLeaf
 {
 	ResultRelInfo *rri;
 	RowBatch   *rows;
-} Leaf;
+} CopyLeaf;
 
 /* The leaves of a statement */
-typedef struct Leaves
+typedef struct CopyLeaves
 {
-	Leaf	   *leaf;
+	CopyLeaf   *leaf;
 	int			n;
 	int			size;
-} Leaves;
+} CopyLeaves;
 
 /*
  * OptionsServed says whether a COPY's options leave the statement to this
@@ -103,8 +103,10 @@ OptionsServed(List *options)
 	ListCell   *lc;
 
 	foreach(lc, options)
+	{
 		if (strcmp(lfirst_node(DefElem, lc)->defname, "freeze") == 0)
 			return false;
+	}
 	return true;
 }
 
@@ -220,11 +222,11 @@ DefaultsVolatile(Relation rel, List *attnums)
  * was read; a leaf that has since gained a trigger or an index, which this
  * path would neither fire nor fill, fails the statement.
  */
-static Leaf *
-LeafFor(Leaves *leaves, ResultRelInfo *rri)
+static CopyLeaf *
+LeafFor(CopyLeaves *leaves, ResultRelInfo *rri)
 {
 	Relation	rel = rri->ri_RelationDesc;
-	Leaf	   *leaf;
+	CopyLeaf   *leaf;
 
 	for (int i = 0; i < leaves->n; i++)
 		if (leaves->leaf[i].rri == rri)
@@ -239,8 +241,8 @@ LeafFor(Leaves *leaves, ResultRelInfo *rri)
 	if (leaves->n == leaves->size)
 	{
 		leaves->size = Max(8, 2 * leaves->size);
-		leaves->leaf = leaves->leaf == NULL ? palloc(sizeof(Leaf) * leaves->size) :
-			repalloc(leaves->leaf, sizeof(Leaf) * leaves->size);
+		leaves->leaf = leaves->leaf == NULL ? palloc(sizeof(CopyLeaf) * leaves->size) :
+			repalloc(leaves->leaf, sizeof(CopyLeaf) * leaves->size);
 	}
 	leaf = &leaves->leaf[leaves->n++];
 	leaf->rri = rri;
@@ -271,7 +273,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 	TupleTableSlot *rootslot;
 	ErrorContextCallback errcallback;
 	MemoryContext stmtcxt = CurrentMemoryContext;
-	Leaves		leaves = {0};
+	CopyLeaves	leaves = {0};
 	int			buffered = 0;
 	int64		processed = 0;
 	ListCell   *lc;
@@ -338,7 +340,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 	for (;;)
 	{
 		ResultRelInfo *rri;
-		Leaf	   *leaf;
+		CopyLeaf   *leaf;
 		TupleTableSlot *slot;
 		TupleConversionMap *map;
 		TupleDesc	constr;
