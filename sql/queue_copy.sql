@@ -40,6 +40,12 @@ COPY qc.ingest (key, version, value, region, desk, qty, deleted) FROM :'f' (FORM
 COPY (SELECT 'b' || i, 1::bigint, i::numeric, 'R1', 'D1', NULL::numeric, false FROM generate_series(1, 1200) i)
 	TO :'f' (FORMAT binary);
 COPY qc.ingest (key, version, value, region, desk, qty, deleted) FROM :'f' (FORMAT binary);
+-- wide rows: each flush holds at most 64kB of them, as PostgreSQL's COPY;
+-- their dimension values are over exactonce's limit, so they become dead
+-- letters once drained
+COPY (SELECT 'w' || i, 1::bigint, i::numeric, 'R2', repeat('x', 40000 + i), NULL::numeric, false
+	FROM generate_series(1, 20) i) TO :'f' (FORMAT csv);
+COPY qc.ingest (key, version, value, region, desk, qty, deleted) FROM :'f' (FORMAT csv);
 INSERT INTO truth VALUES ('k1', 1, 10.5, 'EMEA', 'Rates', 1, false), ('k2', 1, -3, 'AMER', 'FX', 2, false),
 	('k3', 1, 7, 'EMEA', 'FX', NULL, false), ('k1', 2, 11, 'EMEA', 'Rates', 3, false),
 	('k4', 1, 100, 'APAC', 'Rates, long', 4, false), ('k3', 2, 8, 'EMEA', 'FX', 5, false),
@@ -54,7 +60,8 @@ SELECT tableoid::regclass AS partition, count(*), min(ingest_id) > 0 AS identifi
 SELECT count(*) AS out_of_order FROM (
 	SELECT ingest_id < lag(ingest_id) OVER (PARTITION BY tableoid ORDER BY ctid) AS back FROM qc.ingest) o
 	WHERE back;
-SELECT key, version, value, region, desk, qty, deleted FROM qc.ingest WHERE key !~ '^[mb]' ORDER BY ingest_id;
+SELECT key, version, value, region, desk, qty, deleted FROM qc.ingest WHERE key !~ '^[mbw]' ORDER BY ingest_id;
+SELECT count(*), sum(length(desk)) FROM qc.ingest WHERE key ~ '^w';
 
 -- errors are PostgreSQL's, and a failed COPY leaves nothing behind
 SELECT count(*) AS before FROM qc.ingest \gset
@@ -157,6 +164,7 @@ SELECT (SELECT count(*) FROM want) AS cells,
 	(SELECT count(*) FROM ((SELECT * FROM want EXCEPT ALL SELECT * FROM got)
 						   UNION ALL (SELECT * FROM got EXCEPT ALL SELECT * FROM want)) d) AS differing;
 SELECT ingested, applied, duplicates, dead_lettered FROM exactonce.pipelines WHERE name = 'qc';
+SELECT key, length(desk), reason FROM qc.dead_letters ORDER BY key LIMIT 2;
 SELECT exactonce.drop_pipeline('qc', force => true);
 DROP ROLE qc_producer;
 DROP ROLE qc_reader;

@@ -21,8 +21,8 @@
  * (ingest_slot_open among them) as PostgreSQL's COPY does it, and
  * inserted with the table AM's multi-insert (utils/rowbatch.c, whose
  * slots use a copy of the descriptor that is not reference counted), up
- * to 1,000 rows at a time, as PostgreSQL's are.  The statement triggers
- * of ingest (wake among them) fire as they would.
+ * to 1,000 rows or 64kB at a time, as PostgreSQL's are.  The statement
+ * triggers of ingest (wake among them) fire as they would.
  *
  * The path is taken only where that changes nothing else: no WHERE, no
  * FREEZE, no program, a server file only for those who may read it, no
@@ -73,8 +73,9 @@
 #include "engine/queuecopy.h"
 #include "utils/rowbatch.h"
 
-/* rows buffered in all the leaves before they are inserted: COPY's own */
+/* rows and bytes buffered in all the leaves before they are inserted: COPY's */
 #define QUEUE_COPY_ROWS 1000
+#define QUEUE_COPY_BYTES 65535
 
 static bool exactonce_queue_copy = true;
 
@@ -275,6 +276,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 	MemoryContext stmtcxt = CurrentMemoryContext;
 	CopyLeaves	leaves = {0};
 	int			buffered = 0;
+	Size		buffered_bytes = 0;
 	int64		processed = 0;
 	ListCell   *lc;
 
@@ -343,7 +345,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 		CopyLeaf   *leaf;
 		TupleTableSlot *slot;
 		TupleConversionMap *map;
-		TupleDesc	constr;
+		TupleDesc	desc;
 
 		CHECK_FOR_INTERRUPTS();
 		ResetPerTupleExprContext(estate);
@@ -371,18 +373,20 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 		RowBatchAdd(leaf->rows, 0);
 
 		MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		constr = rri->ri_RelationDesc->rd_att;
-		if (constr->constr != NULL && constr->constr->has_generated_stored)
+		desc = RelationGetDescr(rri->ri_RelationDesc);
+		if (desc->constr != NULL && desc->constr->has_generated_stored)
 			ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
-		if (constr->constr != NULL)
+		if (desc->constr != NULL)
 			ExecConstraints(rri, slot, estate);
 		pgstat_progress_update_param(PROGRESS_COPY_TUPLES_PROCESSED, ++processed);
 
-		if (++buffered == QUEUE_COPY_ROWS)
+		buffered_bytes += ExecFetchSlotHeapTuple(slot, false, NULL)->t_len;
+		if (++buffered == QUEUE_COPY_ROWS || buffered_bytes >= QUEUE_COPY_BYTES)
 		{
 			for (int i = 0; i < leaves.n; i++)
 				RowBatchFlush(leaves.leaf[i].rows);
 			buffered = 0;
+			buffered_bytes = 0;
 		}
 	}
 	MemoryContextSwitchTo(stmtcxt);

@@ -23,7 +23,8 @@
 #      coordinator (from the server's log), and the producers' statement
 #      latencies during it and outside it.
 # Each run must end with aggregates equal to the producer's truth.  All
-# clusters share the machine's cores.
+# clusters share the machine's cores.  CONF, a line for every cluster's
+# postgresql.conf ("exactonce.queue_copy = off").
 # Run as root or as the postgres OS user, after "make install".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,7 +47,7 @@ chmod a+r "$BASE"/*.copy
 
 names=(coordinator node1 node2 single)
 for i in 0 1 2 3; do
-	bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10"
+	bash tools/cluster.sh start "$BASE/${names[$i]}" $((PORT0 + i)) "max_prepared_transactions = 10" "${CONF:-}"
 done
 trap 'for n in "${names[@]}"; do bash tools/cluster.sh stop "$BASE/$n" immediate; done' EXIT
 
