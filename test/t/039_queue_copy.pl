@@ -2,10 +2,12 @@
 # rows a page at a time from slots of exactonce's own (src/engine/queuecopy.c).
 # It is taken: a COPY that leaves event_time to its default, which
 # PostgreSQL's COPY inserts row by row, writes less WAL than with
-# exactonce.queue_copy off, and the same rows.  Producers COPY through it
-# while the workers drain, one of them killed with SIGKILL in the middle of
-# its COPY (the server restarts, and nothing of that COPY is there), and
-# the aggregates equal the oracle, every row sent accounted for.
+# exactonce.queue_copy off, and the same rows.  A partition that gains a
+# trigger while a COPY is under way fails the COPY once it reaches it, and
+# nothing lands.  Producers COPY through it while the workers drain, one of
+# them killed with SIGKILL in the middle of its COPY (the server restarts,
+# and nothing of that COPY is there), and the aggregates equal the oracle,
+# every row sent accounted for.
 
 use strict;
 use warnings;
@@ -58,6 +60,60 @@ SELECT count(*) FROM ((SELECT $cols FROM fast.ingest EXCEPT ALL SELECT $cols FRO
 	'0', 'the same rows either way');
 $node->safe_psql($db,
 	"SELECT exactonce.drop_pipeline(p, force => true) FROM unnest(ARRAY['fast', 'plain']) p");
+
+# A partition that gains a trigger while a COPY is under way, before the
+# COPY reaches it, fails the statement, which this path would not fire it
+# for: the COPY is held at a row of the first partition (a check waits on
+# an advisory lock) while the trigger is made on the second
+$node->safe_psql(
+	$db, q{
+SET client_min_messages = warning;
+SELECT exactonce.create_pipeline(p, ARRAY['d'], shards => 2) FROM unnest(ARRAY['probe', 'late']) p;
+SELECT exactonce.pause('probe'), exactonce.pause('late');
+INSERT INTO probe.ingest (key, version, value, d) SELECT 'a' || i, 1, 1, 'x' FROM generate_series(1, 400) i;
+CREATE FUNCTION late_gate(k text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS
+	$$BEGIN IF k = 'gate' THEN PERFORM pg_advisory_xact_lock_shared(4711); END IF; RETURN true; END$$;
+CREATE TABLE late_fired (key text);
+CREATE FUNCTION late_row() RETURNS trigger LANGUAGE plpgsql AS
+	$$BEGIN INSERT INTO late_fired VALUES (NEW.key); RETURN NULL; END$$;
+});
+# keys of each partition, as the probe's queue routed them; the gate's key
+# must lie in the first
+my ($first, $second) = map {
+	[ split /\n/, $node->safe_psql($db, "SELECT key FROM probe.ingest WHERE tableoid = 'probe.ingest_0_$_'::regclass ORDER BY key") ]
+} 0, 1;
+my $gate_part = $node->safe_psql($db,
+	"INSERT INTO probe.ingest (key, version, value, d) VALUES ('gate', 1, 1, 'x') RETURNING tableoid::regclass");
+($first, $second) = ($second, $first) if $gate_part ne 'probe.ingest_0_0';
+my $late_part = $gate_part eq 'probe.ingest_0_0' ? 'late.ingest_0_1' : 'late.ingest_0_0';
+$node->safe_psql($db, "ALTER TABLE late.ingest ADD CONSTRAINT gate CHECK (late_gate(key))");
+my $late_file = $node->basedir . '/late.copy';
+open(my $fh, '>', $late_file) or die;
+print $fh join('', map { "$_\t1\t1\tx\n" } (@$first, 'gate', @$second));
+close $fh;
+
+my ($gin, $gout) = ('', '');
+my $holder = IPC::Run::start([ 'psql', '-X', '-q', '-d', $node->connstr($db) ], '<', \$gin, '>', \$gout);
+$gin .= "SELECT pg_advisory_lock(4711);\n\\echo held\n";
+$holder->pump until $gout =~ /held/;
+my ($lout, $lerr) = ('', '');
+my $late = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-d', $node->connstr($db), '-c',
+		"COPY late.ingest (key, version, value, d) FROM '$late_file'" ],
+	'>', \$lout, '2>', \$lerr);
+ok( $node->poll_query_until(
+		$db, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)"),
+	'the COPY waits at the gate, in the first partition');
+$node->safe_psql($db, "CREATE TRIGGER late_row AFTER INSERT ON $late_part FOR EACH ROW EXECUTE FUNCTION late_row()");
+$gin .= "SELECT pg_advisory_unlock(4711);\n\\q\n";
+$holder->finish;
+$late->finish;
+like($lerr, qr/partition "ingest_0_\d" gained a trigger or an index while events were copied into it/,
+	'the COPY that reaches the partition with the new trigger fails');
+is($node->safe_psql($db, "SELECT (SELECT count(*) FROM late.ingest) + (SELECT count(*) FROM late_fired)"),
+	'0', 'and leaves nothing in the queue');
+$node->safe_psql($db, "SELECT exactonce.drop_pipeline(p, force => true) FROM unnest(ARRAY['probe', 'late']) p;
+	DROP TABLE late_fired; DROP FUNCTION late_row(), late_gate(text)");
 
 # Producers COPY while the workers drain; one killed in its COPY
 my $file = $node->basedir . '/killed.copy';
