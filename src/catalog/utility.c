@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * utility.c
- *		Refusing ALTER TABLE of the columns exactonce reads and writes.
+ *		Refusing ALTER TABLE of the columns exactonce reads and writes; the
+ *		COPYs that higher layers run themselves.
  *
  * shape.c makes every path to a pipeline's tables refuse a column whose
  * type its owner changed; that holds whether or not the library is
@@ -17,17 +18,28 @@
  * plain ones); a superuser may set exactonce.guard_columns off for a
  * session.
  *
+ * The hook also hands each COPY to the handlers of higher layers that run
+ * some themselves (a coordinator's routing, the queue's own loop), which
+ * open its table and check its rights here, as COPY does, before they read
+ * a row.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
 #include "commands/extension.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "parser/parse_relation.h"
 #include "parser/parse_type.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -163,6 +175,52 @@ UtilityExecOwn(const char *sql)
 		utility_own = false;
 	}
 	PG_END_TRY();
+}
+
+/*
+ * UtilityCopyTarget opens, with COPY's lock, the partitioned table that a
+ * COPY FROM STDIN or a server file loads, for a handler to run it; NULL,
+ * having opened nothing, for any other COPY (TO, a program, a WHERE, a
+ * server file its role may not read, which PostgreSQL refuses, a table
+ * that is not partitioned), which handlers leave to PostgreSQL.
+ */
+Relation
+UtilityCopyTarget(CopyStmt *stmt)
+{
+	Oid			relid;
+
+	if (!stmt->is_from || stmt->is_program || stmt->whereClause != NULL || stmt->relation == NULL)
+		return NULL;
+	if (stmt->filename != NULL && !has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return NULL;
+	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
+		return NULL;
+	return try_table_open(relid, RowExclusiveLock);
+}
+
+/*
+ * UtilityCopyParseState checks the rights of a COPY into rel of the
+ * columns attnums, as COPY checks them, and returns the statement's parse
+ * state, whose range table holds rel's entry.
+ */
+ParseState *
+UtilityCopyParseState(Relation rel, List *attnums, const char *query)
+{
+	ParseState *pstate = make_parsestate(NULL);
+	RangeTblEntry *rte;
+	ListCell   *lc;
+
+	pstate->p_sourcetext = query;
+	rte = addRangeTableEntryForRelation(pstate, rel, RowExclusiveLock, NULL, false, false)->p_rte;
+	rte->requiredPerms = ACL_INSERT;
+	foreach(lc, attnums)
+		rte->insertedCols = bms_add_member(rte->insertedCols,
+										   lfirst_int(lc) - FirstLowInvalidHeapAttributeNumber);
+	ExecCheckRTPerms(pstate->p_rtable, true);
+	PreventCommandIfReadOnly("COPY FROM");
+	PreventCommandIfParallelMode("COPY FROM");
+	return pstate;
 }
 
 /*

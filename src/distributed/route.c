@@ -33,9 +33,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
-#include "catalog/namespace.h"
 #include "catalog/partition.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/copy.h"
@@ -44,12 +42,9 @@
 #include "executor/executor.h"
 #include "foreign/foreign.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "parser/parse_node.h"
 #include "pgstat.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -196,10 +191,8 @@ static int64
 RouteCopy(CopyStmt *stmt, const char *query)
 {
 	Relation	rel;
-	Oid			relid;
 	List	   *attnums;
 	TupleDesc	desc;
-	RangeTblEntry *rte;
 	ParseState *pstate;
 	CopyFromState cstate;
 	ErrorContextCallback errcallback;
@@ -216,17 +209,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 	int32		header = 0;		/* the key's varlena header, set per line */
 	ListCell   *lc;
 
-	if (!exactonce_route_copy || !stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
-		stmt->relation == NULL || !CopyOptionsPlain(stmt->options))
-		return -1;
-	/* a server file for those who may read them; PostgreSQL refuses others */
-	if (stmt->filename != NULL && !has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
-		return -1;
-	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
-	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
-		return -1;
-	rel = try_table_open(relid, RowExclusiveLock);
-	if (rel == NULL)
+	if (!exactonce_route_copy || !CopyOptionsPlain(stmt->options) || (rel = UtilityCopyTarget(stmt)) == NULL)
 		return -1;
 	if (!IngestRoutable(rel))
 	{
@@ -249,19 +232,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 		}
 	}
 
-	/* the rights to insert, as COPY checks them */
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = relid;
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	rte->requiredPerms = ACL_INSERT;
-	foreach(lc, attnums)
-		rte->insertedCols = bms_add_member(rte->insertedCols,
-										   lfirst_int(lc) - FirstLowInvalidHeapAttributeNumber);
-	ExecCheckRTPerms(list_make1(rte), true);
-	PreventCommandIfReadOnly("COPY FROM");
-	PreventCommandIfParallelMode("COPY FROM");
+	pstate = UtilityCopyParseState(rel, attnums, query);
 
 	/* the node's COPY: the same columns in the same order, as text */
 	key = RelationGetPartitionKey(rel);
@@ -282,8 +253,6 @@ RouteCopy(CopyStmt *stmt, const char *query)
 	pd = RelationGetPartitionDesc(rel, true);
 	links = palloc0(sizeof(Link *) * pd->nparts);
 	initStringInfo(&keybuf);
-	pstate = make_parsestate(NULL);
-	pstate->p_sourcetext = query;
 	cstate = BeginCopyFrom(pstate, rel, NULL, stmt->filename, false, NULL, stmt->attlist, stmt->options);
 	errcallback.callback = CopyFromErrorCallback;
 	errcallback.arg = (void *) cstate;

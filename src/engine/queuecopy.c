@@ -39,10 +39,8 @@
 #include "postgres.h"
 
 #include "access/table.h"
-#include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_am_d.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
@@ -56,10 +54,8 @@
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
-#include "parser/parse_relation.h"
 #include "pgstat.h"
 #include "rewrite/rewriteHandler.h"
-#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -260,10 +256,8 @@ static int64
 CopyIntoQueue(CopyStmt *stmt, const char *query)
 {
 	Relation	rel;
-	Oid			relid;
 	List	   *attnums;
 	ParseState *pstate;
-	RangeTblEntry *rte;
 	CopyFromState cstate;
 	EState	   *estate;
 	ModifyTableState *mtstate;
@@ -278,19 +272,8 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 	int			buffered = 0;
 	Size		buffered_bytes = 0;
 	int64		processed = 0;
-	ListCell   *lc;
 
-	if (!exactonce_queue_copy || !stmt->is_from || stmt->is_program || stmt->whereClause != NULL ||
-		stmt->relation == NULL || !OptionsServed(stmt->options))
-		return -1;
-	/* a server file for those who may read them; PostgreSQL refuses others */
-	if (stmt->filename != NULL && !has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
-		return -1;
-	relid = RangeVarGetRelid(stmt->relation, NoLock, true);
-	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
-		return -1;
-	rel = try_table_open(relid, RowExclusiveLock);
-	if (rel == NULL)
+	if (!exactonce_queue_copy || !OptionsServed(stmt->options) || (rel = UtilityCopyTarget(stmt)) == NULL)
 		return -1;
 	attnums = CopyGetAttnums(RelationGetDescr(rel), rel, stmt->attlist);
 	if (!IngestServed(rel) || DefaultsVolatile(rel, attnums))
@@ -298,18 +281,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 		table_close(rel, NoLock);
 		return -1;
 	}
-
-	/* the rights to insert, as COPY checks them */
-	pstate = make_parsestate(NULL);
-	pstate->p_sourcetext = query;
-	rte = addRangeTableEntryForRelation(pstate, rel, RowExclusiveLock, NULL, false, false)->p_rte;
-	rte->requiredPerms = ACL_INSERT;
-	foreach(lc, attnums)
-		rte->insertedCols = bms_add_member(rte->insertedCols,
-										   lfirst_int(lc) - FirstLowInvalidHeapAttributeNumber);
-	ExecCheckRTPerms(pstate->p_rtable, true);
-	PreventCommandIfReadOnly("COPY FROM");
-	PreventCommandIfParallelMode("COPY FROM");
+	pstate = UtilityCopyParseState(rel, attnums, query);
 
 	cstate = BeginCopyFrom(pstate, rel, NULL, stmt->filename, false, NULL, stmt->attlist, stmt->options);
 
