@@ -63,6 +63,10 @@ SELECT count(*) AS out_of_order FROM (
 SELECT key, version, value, region, desk, qty, deleted FROM qc.ingest WHERE key !~ '^[mbw]' ORDER BY ingest_id;
 SELECT count(*), sum(length(desk)) FROM qc.ingest WHERE key ~ '^w';
 
+-- a COPY of no rows
+COPY qc.ingest (key, version, value, region, desk) FROM STDIN;
+\.
+
 -- errors are PostgreSQL's, and a failed COPY leaves nothing behind
 SELECT count(*) AS before FROM qc.ingest \gset
 COPY qc.ingest (key, version, value, region, desk) FROM STDIN;

@@ -2,11 +2,12 @@
 # rows a page at a time from slots of exactonce's own (src/engine/queuecopy.c).
 # It is taken: a COPY that leaves event_time to its default, which
 # PostgreSQL's COPY inserts row by row, writes less WAL than with
-# exactonce.queue_copy off, and the same rows.  A partition that gains a
-# trigger while a COPY is under way fails the COPY once it reaches it, and
-# nothing lands.  Producers COPY through it while the workers drain, one of
-# them killed with SIGKILL in the middle of its COPY (the server restarts,
-# and nothing of that COPY is there), and the aggregates equal the oracle,
+# exactonce.queue_copy off, and the same rows; a user's own table called
+# ingest is left to PostgreSQL's COPY.  A partition that gains a trigger
+# while a COPY is under way fails the COPY once it reaches it, and nothing
+# lands.  Producers COPY through it while the workers drain, one of them
+# killed with SIGKILL in the middle of its COPY (the server restarts, and
+# nothing of that COPY is there), and the aggregates equal the oracle,
 # every row sent accounted for.
 
 use strict;
@@ -60,6 +61,29 @@ SELECT count(*) FROM ((SELECT $cols FROM fast.ingest EXCEPT ALL SELECT $cols FRO
 	'0', 'the same rows either way');
 $node->safe_psql($db,
 	"SELECT exactonce.drop_pipeline(p, force => true) FROM unnest(ARRAY['fast', 'plain']) p");
+
+# A user's own partitioned table called ingest, no pipeline's queue, is left
+# to PostgreSQL's COPY: it writes as much WAL either way
+$node->safe_psql(
+	$db, q{
+CREATE SCHEMA mine;
+CREATE TABLE mine.ingest (key text, version bigint, value numeric, risk_type text, region text,
+	trade_desk text, deleted boolean, event_time timestamptz DEFAULT clock_timestamp(), slot integer DEFAULT 0)
+	PARTITION BY LIST (slot);
+CREATE TABLE mine.ingest_0 PARTITION OF mine.ingest FOR VALUES IN (0);
+});
+my %mine;
+for my $on ('on', 'off')
+{
+	$mine{$on} = $node->safe_psql(
+		$db, "SET exactonce.queue_copy = $on;
+SELECT pg_current_wal_insert_lsn() AS lsn \\gset
+" . copy_sql('mine', 1, 3000) . "
+SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn')::bigint;");
+}
+note "WAL of 3,000 rows into mine.ingest: $mine{on} bytes with exactonce.queue_copy on, $mine{off} off";
+cmp_ok($mine{on} * 5, '>', $mine{off} * 4, 'a table called ingest that is no queue goes row by row either way');
+$node->safe_psql($db, 'DROP SCHEMA mine CASCADE');
 
 # A partition that gains a trigger while a COPY is under way, before the
 # COPY reaches it, fails the statement, which this path would not fire it
