@@ -77,6 +77,8 @@ static void
 UtilityCheckAlterTable(AlterTableStmt *stmt)
 {
 	ListCell   *lc;
+	ListCell   *lt;
+	List	   *newtypes = NIL;
 	bool		touches = false;
 	Oid			relid;
 	const char *table;
@@ -96,11 +98,23 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	if (!OidIsValid(relid))
 		return;
 
+	/* the new types as the statement names them, in the caller's search_path */
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+		Oid			newtype = InvalidOid;
+		int32		typmod;
+
+		if (cmd->subtype == AT_AlterColumnType)
+			typenameTypeIdAndMod(NULL, castNode(ColumnDef, cmd->def)->typeName, &newtype, &typmod);
+		newtypes = lappend_oid(newtypes, newtype);
+	}
+
 	table = get_rel_name(relid);
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoadDefinition(get_namespace_name(get_rel_namespace(relid)));
-	foreach(lc, stmt->cmds)
+	forboth(lc, stmt->cmds, lt, newtypes)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 		Oid			type = InvalidOid;
@@ -111,15 +125,8 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 			continue;
 		if (cmd->subtype == AT_DropColumn)
 			UtilityRefuse(p, table, cmd->name, type, "drop");
-		if (cmd->subtype == AT_AlterColumnType)
-		{
-			Oid			newtype;
-			int32		typmod;
-
-			typenameTypeIdAndMod(NULL, castNode(ColumnDef, cmd->def)->typeName, &newtype, &typmod);
-			if (newtype != type)
-				UtilityRefuse(p, table, cmd->name, type, "alter the type of");
-		}
+		if (cmd->subtype == AT_AlterColumnType && lfirst_oid(lt) != type)
+			UtilityRefuse(p, table, cmd->name, type, "alter the type of");
 	}
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

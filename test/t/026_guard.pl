@@ -54,6 +54,20 @@ is( sqlstate(
 is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE numeric'),
 	'', 'a column set to its own type goes through');
 
+# the new type is the one the statement names in the owner's search_path,
+# not in exactonce's: a domain of the owner's over numeric is another type,
+# and one called numeric, found before pg_catalog's, another still
+$node->safe_psql($db,
+	'SET ROLE guard_owner; CREATE SCHEMA mine; CREATE DOMAIN mine.amount AS numeric;
+	 CREATE DOMAIN mine."numeric" AS text');
+is(sqlstate('SET search_path = mine, public; ALTER TABLE guarded.state ALTER COLUMN value TYPE amount'),
+	'EO005', 'a type named by the owner\'s search_path is the owner\'s');
+is(sqlstate('SET search_path = mine, pg_catalog; ALTER TABLE guarded.state ALTER COLUMN value TYPE "numeric"'),
+	'EO005', 'a type that shadows numeric in the owner\'s search_path is refused');
+is($node->safe_psql($db,
+		"SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'guarded.state'::regclass AND attname = 'value'"),
+	'numeric', 'the column is still numeric');
+
 # without the preload the ALTER is made; every path refuses the table
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
 $node->restart;
