@@ -156,6 +156,35 @@ o1	1	12	AMER	Rates
 RESET exactonce.queue_copy;
 INSERT INTO truth VALUES ('o1', 1, 12, 'AMER', 'Rates', NULL, false);
 
+-- an owner's columns: one with a default, one generated, a check, and one
+-- added and dropped before more shards made partitions whose columns lie
+-- elsewhere than the root's (each leaf then has a map from the root)
+ALTER TABLE qc.ingest ADD COLUMN note text DEFAULT 'n';
+ALTER TABLE qc.ingest ADD COLUMN twice numeric GENERATED ALWAYS AS (value * 2) STORED;
+ALTER TABLE qc.ingest ADD CONSTRAINT small CHECK (value < 100000);
+ALTER TABLE qc.ingest ADD COLUMN gone int;
+ALTER TABLE qc.ingest DROP COLUMN gone;
+SELECT exactonce.set_shards('qc', 6);
+COPY qc.ingest (key, version, value, region, desk, note) FROM STDIN;
+a1	1	1	EMEA	FX	x
+a2	1	2	AMER	FX	\N
+a3	1	3	APAC	Rates	y
+a4	1	4	EMEA	Rates	z
+a5	1	5	AMER	Rates	x
+a6	1	6	APAC	FX	y
+\.
+COPY qc.ingest (key, version, value, region, desk) FROM STDIN;
+a7	1	7	EMEA	FX
+a8	1	500000	EMEA	FX
+\.
+COPY qc.ingest (key, version, value, region, desk) FROM STDIN;
+a9	1	9	EMEA	FX
+\.
+SELECT tableoid::regclass AS partition, key, note, twice FROM qc.ingest WHERE key ~ '^a' ORDER BY key;
+INSERT INTO truth SELECT 'a' || i, 1, i, (ARRAY['EMEA', 'AMER', 'APAC'])[1 + (i - 1) % 3],
+	CASE WHEN i IN (1, 2, 6, 9) THEN 'FX' ELSE 'Rates' END, NULL, false FROM generate_series(1, 6) i;
+INSERT INTO truth VALUES ('a9', 1, 9, 'EMEA', 'FX', NULL, false);
+
 -- drained, the aggregates are those of the events' latest versions
 SELECT exactonce.resume('qc');
 SELECT exactonce.flush('qc') > 0 AS flushed;

@@ -32,7 +32,7 @@
  * trigger or transition table on ingest, and every partition a heap table
  * or a partitioned one without triggers or indexes; the rights to insert
  * are checked as COPY checks them.  Anything else, and exactonce.queue_copy
- * off, goes to PostgreSQL's COPY.
+ * off, goes to PostgreSQL's COPY; a DEBUG1 message says which ran, and why.
  *
  *-------------------------------------------------------------------------
  */
@@ -108,16 +108,17 @@ OptionsServed(List *options)
 }
 
 /*
- * TreeServed says whether every partition under rel, the queue's parent,
- * is one this path inserts into as PostgreSQL's COPY would: a heap table,
- * or a partitioned table, without triggers and without indexes.
+ * TreeRefusal says why a partition under rel, the queue's parent, is one
+ * this path may not insert into as PostgreSQL's COPY would; NULL where each
+ * is a heap table, or a partitioned one, without triggers and without
+ * indexes.
  */
-static bool
-TreeServed(Relation rel)
+static char *
+TreeRefusal(Relation rel)
 {
 	List	   *parts = find_all_inheritors(RelationGetRelid(rel), NoLock, NULL);
 	ListCell   *lc;
-	bool		served = true;
+	char	   *refusal = NULL;
 
 	foreach(lc, parts)
 	{
@@ -129,19 +130,21 @@ TreeServed(Relation rel)
 		tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
 		if (!HeapTupleIsValid(tup))
 		{
-			served = false;
+			refusal = psprintf("A partition of it was dropped.");
 			break;
 		}
 		form = (Form_pg_class) GETSTRUCT(tup);
-		served = !form->relhastriggers && !form->relhasindex &&
-			(form->relkind == RELKIND_PARTITIONED_TABLE ||
-			 (form->relkind == RELKIND_RELATION && form->relam == HEAP_TABLE_AM_OID));
+		if (form->relhastriggers || form->relhasindex)
+			refusal = psprintf("Partition \"%s\" has a trigger or an index.", NameStr(form->relname));
+		else if (form->relkind != RELKIND_PARTITIONED_TABLE &&
+				 (form->relkind != RELKIND_RELATION || form->relam != HEAP_TABLE_AM_OID))
+			refusal = psprintf("Partition \"%s\" is not a heap table.", NameStr(form->relname));
 		ReleaseSysCache(tup);
-		if (!served)
+		if (refusal != NULL)
 			break;
 	}
 	list_free(parts);
-	return served;
+	return refusal;
 }
 
 /*
@@ -161,26 +164,15 @@ HasSlotCheck(Relation rel)
 }
 
 /*
- * IngestServed says whether rel, opened, is a queue this path serves: a
- * pipeline's ingest (partitioned by list, with its slot check), with no
- * row-level security, no row trigger or transition table, and a tree
- * TreeServed takes.
+ * IsQueue says whether rel, opened, is a pipeline's queue: ingest,
+ * partitioned by list, with its slot check.
  */
 static bool
-IngestServed(Relation rel)
+IsQueue(Relation rel)
 {
-	TriggerDesc *trig = rel->trigdesc;
-
-	if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE ||
-		strcmp(RelationGetRelationName(rel), "ingest") != 0 ||
-		RelationGetPartitionKey(rel)->strategy != PARTITION_STRATEGY_LIST || !HasSlotCheck(rel) ||
-		check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
-		return false;
-	if (trig != NULL &&
-		(trig->trig_insert_before_row || trig->trig_insert_after_row ||
-		 trig->trig_insert_instead_row || trig->trig_insert_new_table))
-		return false;
-	return TreeServed(rel);
+	return rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE &&
+		strcmp(RelationGetRelationName(rel), "ingest") == 0 &&
+		RelationGetPartitionKey(rel)->strategy == PARTITION_STRATEGY_LIST && HasSlotCheck(rel);
 }
 
 /*
@@ -206,12 +198,13 @@ DefaultVolatileWalker(Node *node, void *context)
 }
 
 /*
- * DefaultsVolatile says whether a column the COPY leaves out has a default
- * that may read the table: a volatile function, as BeginCopyFrom judges it,
- * but for event_time's clock_timestamp.  PostgreSQL's COPY inserts row by
- * row then; clock_timestamp() alone still lets the rows go a page at a time.
+ * DefaultsVolatile returns a column the COPY leaves out whose default may
+ * read the table (a volatile function, as BeginCopyFrom judges it, but for
+ * event_time's clock_timestamp), or NULL.  PostgreSQL's COPY inserts row
+ * by row then; clock_timestamp() alone still lets the rows go a page at a
+ * time.
  */
-static bool
+static const char *
 DefaultsVolatile(Relation rel, List *attnums)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -225,9 +218,32 @@ DefaultsVolatile(Relation rel, List *attnums)
 			continue;
 		expr = build_column_default(rel, att->attnum);
 		if (expr != NULL && DefaultVolatileWalker(expr, NULL))
-			return true;
+			return NameStr(att->attname);
 	}
-	return false;
+	return NULL;
+}
+
+/*
+ * QueueRefusal says why PostgreSQL's COPY is to load rel, a pipeline's
+ * queue, with the columns attnums; NULL where this path may: no row-level
+ * security, no row trigger or transition table, a tree TreeRefusal takes
+ * and no volatile default but event_time's.
+ */
+static char *
+QueueRefusal(Relation rel, List *attnums)
+{
+	TriggerDesc *trig = rel->trigdesc;
+	const char *column;
+
+	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+		return psprintf("Row-level security is enabled on it.");
+	if (trig != NULL &&
+		(trig->trig_insert_before_row || trig->trig_insert_after_row ||
+		 trig->trig_insert_instead_row || trig->trig_insert_new_table))
+		return psprintf("It has a row-level insert trigger or a transition table.");
+	if ((column = DefaultsVolatile(rel, attnums)) != NULL)
+		return psprintf("The default of column \"%s\", which the COPY leaves out, is volatile.", column);
+	return TreeRefusal(rel);
 }
 
 /*
@@ -289,15 +305,28 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 	int			buffered = 0;
 	Size		buffered_bytes = 0;
 	int64		processed = 0;
+	char	   *refusal;
 
 	if (!exactonce_queue_copy || !OptionsServed(stmt->options) || (rel = UtilityCopyTarget(stmt)) == NULL)
 		return -1;
-	attnums = CopyGetAttnums(RelationGetDescr(rel), rel, stmt->attlist);
-	if (!IngestServed(rel) || DefaultsVolatile(rel, attnums))
+	if (!IsQueue(rel))
 	{
 		table_close(rel, NoLock);
 		return -1;
 	}
+	attnums = CopyGetAttnums(RelationGetDescr(rel), rel, stmt->attlist);
+	if ((refusal = QueueRefusal(rel, attnums)) != NULL)
+	{
+		ereport(DEBUG1,
+				(errmsg("COPY into \"%s.%s\" runs as PostgreSQL's",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail_internal("%s", refusal)));
+		table_close(rel, NoLock);
+		return -1;
+	}
+	ereport(DEBUG1,
+			(errmsg("COPY into \"%s.%s\" runs on exactonce's path",
+					get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel))));
 	pstate = UtilityCopyParseState(rel, attnums, query);
 
 	cstate = BeginCopyFrom(pstate, rel, NULL, stmt->filename, false, NULL, stmt->attlist, stmt->options);
@@ -385,6 +414,8 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 
 	ExecASInsertTriggers(estate, root, NULL);
 	AfterTriggerEndQuery(estate);
+	/* the slots routing made for leaves whose columns differ from the root's */
+	ExecResetTupleTable(estate->es_tupleTable, false);
 	ExecDropSingleTupleTableSlot(rootslot);
 	FreeTupleDesc(rootdesc);
 	ExecCleanupTupleRouting(mtstate, proute);
