@@ -224,13 +224,13 @@ DefaultsVolatile(Relation rel, List *attnums)
 }
 
 /*
- * QueueRefusal says why PostgreSQL's COPY is to load rel, a pipeline's
+ * CopyRefusal says why PostgreSQL's COPY is to load rel, a pipeline's
  * queue, with the columns attnums; NULL where this path may: no row-level
  * security, no row trigger or transition table, a tree TreeRefusal takes
  * and no volatile default but event_time's.
  */
 static char *
-QueueRefusal(Relation rel, List *attnums)
+CopyRefusal(Relation rel, List *attnums)
 {
 	TriggerDesc *trig = rel->trigdesc;
 	const char *column;
@@ -315,7 +315,7 @@ CopyIntoQueue(CopyStmt *stmt, const char *query)
 		return -1;
 	}
 	attnums = CopyGetAttnums(RelationGetDescr(rel), rel, stmt->attlist);
-	if ((refusal = QueueRefusal(rel, attnums)) != NULL)
+	if ((refusal = CopyRefusal(rel, attnums)) != NULL)
 	{
 		ereport(DEBUG1,
 				(errmsg("COPY into \"%s.%s\" runs as PostgreSQL's",
