@@ -111,6 +111,20 @@ SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
 ALTER TABLE shp.state ALTER COLUMN value TYPE numeric;
 SELECT exactonce.flush('shp') AS flushed_after_repair;
 
+-- state's key, then the feed's dimension, under a collation that is not
+-- deterministic, where keys K5 and k5 would be one row: refused, and the
+-- stages go on once the collation is deterministic again
+CREATE COLLATION plants.regress_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+ALTER TABLE shp.state ALTER COLUMN key TYPE text COLLATE plants.regress_ci;
+INSERT INTO shp.ingest (key, version, value, d) VALUES ('K5', 1, 1, 'a'), ('k5', 1, 2, 'a');
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.state ALTER COLUMN key TYPE text COLLATE "C";
+ALTER TABLE shp.feed ALTER COLUMN d TYPE text COLLATE plants.regress_ci;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.feed ALTER COLUMN d TYPE text COLLATE "default";
+SELECT exactonce.flush('shp') AS flushed_after_repair;
+SELECT key, value FROM shp.state WHERE lower(key) = 'k5' ORDER BY key;
+
 -- accumulate state's total as integer, then move_keys_in
 ALTER TABLE shpacc.state ALTER COLUMN total TYPE integer;
 SELECT pg_temp.err($$SELECT exactonce.move_keys_in('shpacc', 2, 0, 'peer', 'g1', '[]', '[]', '[]', NULL)$$);

@@ -320,21 +320,46 @@ ShapeRefuse(const char *pipeline, const char *table, const char *column, Oid fou
 }
 
 /*
+ * ShapeRefuseCollation reports a column whose collation is not
+ * deterministic.
+ */
+static void
+ShapeRefuseCollation(const char *pipeline, const char *table, const char *column, Oid collation, Oid type)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ALTERED),
+			 errmsg("column \"%s\" of table \"%s.%s\" has collation %s, which is not deterministic",
+					column, pipeline, table, get_collation_name(collation)),
+			 errdetail("exactonce takes two values of this column of pipeline \"%s\" for one only where their bytes are equal; under this collation its indexes would take values that differ for one.",
+					   pipeline),
+			 errhint("Give it a deterministic collation again with ALTER TABLE %s.%s ALTER COLUMN %s TYPE %s COLLATE \"C\", or drop the pipeline and create it again.",
+					 quote_identifier(pipeline), quote_identifier(table), quote_identifier(column),
+					 format_type_be(type))));
+}
+
+/*
  * ShapeCheckColumn checks the type of one column of a table of pipeline
- * pipeline, if the column is there.
+ * pipeline, if the column is there, and that its collation, if it has
+ * one, is deterministic: the stages tell keys, cells and values apart by
+ * their bytes, and a unique index under a collation that is not
+ * deterministic would merge two of them into one row.
  */
 void
 ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char *column, Oid type)
 {
 	HeapTuple	tup = SearchSysCacheAttName(relid, column);
 	Oid			found;
+	Oid			collation;
 
 	if (!HeapTupleIsValid(tup))
 		return;
 	found = ((Form_pg_attribute) GETSTRUCT(tup))->atttypid;
+	collation = ((Form_pg_attribute) GETSTRUCT(tup))->attcollation;
 	ReleaseSysCache(tup);
 	if (found != type)
 		ShapeRefuse(pipeline, table, column, found, type);
+	if (OidIsValid(collation) && !get_collation_isdeterministic(collation))
+		ShapeRefuseCollation(pipeline, table, column, collation, type);
 }
 
 /*

@@ -78,7 +78,9 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 {
 	ListCell   *lc;
 	ListCell   *lt;
+	ListCell   *lco;
 	List	   *newtypes = NIL;
+	List	   *collations = NIL;
 	bool		touches = false;
 	Oid			relid;
 	const char *table;
@@ -98,23 +100,34 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	if (!OidIsValid(relid))
 		return;
 
-	/* the new types as the statement names them, in the caller's search_path */
+	/*
+	 * the new types and collations as the statement names them, in the
+	 * caller's search_path
+	 */
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 		Oid			newtype = InvalidOid;
+		Oid			collation = InvalidOid;
 		int32		typmod;
 
 		if (cmd->subtype == AT_AlterColumnType)
-			typenameTypeIdAndMod(NULL, castNode(ColumnDef, cmd->def)->typeName, &newtype, &typmod);
+		{
+			ColumnDef  *def = castNode(ColumnDef, cmd->def);
+
+			typenameTypeIdAndMod(NULL, def->typeName, &newtype, &typmod);
+			if (def->collClause != NULL)
+				collation = LookupCollation(NULL, def->collClause->collname, def->collClause->location);
+		}
 		newtypes = lappend_oid(newtypes, newtype);
+		collations = lappend_oid(collations, collation);
 	}
 
 	table = get_rel_name(relid);
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoadDefinition(get_namespace_name(get_rel_namespace(relid)));
-	forboth(lc, stmt->cmds, lt, newtypes)
+	forthree(lc, stmt->cmds, lt, newtypes, lco, collations)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 		Oid			type = InvalidOid;
@@ -127,6 +140,15 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 			UtilityRefuse(p, table, cmd->name, type, "drop");
 		if (cmd->subtype == AT_AlterColumnType && lfirst_oid(lt) != type)
 			UtilityRefuse(p, table, cmd->name, type, "alter the type of");
+		if (cmd->subtype == AT_AlterColumnType && OidIsValid(lfirst_oid(lco)) &&
+			!get_collation_isdeterministic(lfirst_oid(lco)))
+			ereport(ERROR,
+					(errcode(ERRCODE_EXACTONCE_ALTERED),
+					 errmsg("cannot give column \"%s\" of table \"%s.%s\" collation %s, which is not deterministic",
+							cmd->name, p->name, table, get_collation_name(lfirst_oid(lco))),
+					 errdetail("exactonce takes two values of this column of pipeline \"%s\" for one only where their bytes are equal.",
+							   p->name),
+					 errhint("Leave the columns exactonce made as they are; add columns of your own beside them.")));
 	}
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

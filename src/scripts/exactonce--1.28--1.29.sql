@@ -2,8 +2,9 @@
  * exactonce 1.28 -> 1.29: the library only.
  *
  * Nothing in the catalog changes.  The guard resolves an ALTER COLUMN
- * TYPE's new type in the caller's search_path, and the queue's COPY frees
- * the slots of routing and says which COPY ran.
+ * TYPE's new type in the caller's search_path, a text column with a
+ * collation that is not deterministic is refused, and the queue's COPY
+ * frees the slots of routing and says which COPY ran.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.29'" to load this file. \quit

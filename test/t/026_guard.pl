@@ -68,6 +68,16 @@ is($node->safe_psql($db,
 		"SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'guarded.state'::regclass AND attname = 'value'"),
 	'numeric', 'the column is still numeric');
 
+# a collation that is not deterministic would make two keys one
+$node->safe_psql($db,
+	"SET ROLE guard_owner; CREATE COLLATION mine.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)");
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN key TYPE text COLLATE mine.ci'),
+	'EO005', 'a collation that is not deterministic is refused');
+is(sqlstate('SET search_path = mine, public; ALTER TABLE guarded.ledger ALTER COLUMN source TYPE text COLLATE ci'),
+	'EO005', '... also as the owner\'s search_path names it');
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN key TYPE text COLLATE "C"'),
+	'', 'a deterministic one goes through');
+
 # without the preload the ALTER is made; every path refuses the table
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
 $node->restart;
