@@ -302,17 +302,19 @@ ShapeColumnType(Pipeline *p, const char *table, const char *column)
 }
 
 /*
- * ShapeRefuse reports a column whose type is not the one exactonce made.
+ * ShapeRefuse reports a column whose type is not the one exactonce made,
+ * or has a type modifier (numeric(12,1), say), which would round what the
+ * SQL paths write there and not what the stages write directly.
  */
 static void
-ShapeRefuse(const char *pipeline, const char *table, const char *column, Oid found, Oid type)
+ShapeRefuse(const char *pipeline, const char *table, const char *column, Oid found, int32 typmod, Oid type)
 {
 	const char *s = quote_identifier(pipeline);
 
 	ereport(ERROR,
 			(errcode(ERRCODE_EXACTONCE_ALTERED),
 			 errmsg("column \"%s\" of table \"%s.%s\" has type %s, not %s",
-					column, pipeline, table, format_type_be(found), format_type_be(type)),
+					column, pipeline, table, format_type_with_typemod(found, typmod), format_type_be(type)),
 			 errdetail("exactonce reads and writes this column of pipeline \"%s\" as %s; it refuses to touch the table while its type differs.",
 					   pipeline, format_type_be(type)),
 			 errhint("Change it back with ALTER TABLE %s.%s ALTER COLUMN %s TYPE %s, or drop the pipeline and create it again.",
@@ -339,7 +341,8 @@ ShapeRefuseCollation(const char *pipeline, const char *table, const char *column
 
 /*
  * ShapeCheckColumn checks the type of one column of a table of pipeline
- * pipeline, if the column is there, and that its collation, if it has
+ * pipeline, if the column is there (without a type modifier, as made),
+ * and that its collation, if it has
  * one, is deterministic: the stages tell keys, cells and values apart by
  * their bytes, and a unique index under a collation that is not
  * deterministic would merge two of them into one row.
@@ -349,15 +352,17 @@ ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char 
 {
 	HeapTuple	tup = SearchSysCacheAttName(relid, column);
 	Oid			found;
+	int32		typmod;
 	Oid			collation;
 
 	if (!HeapTupleIsValid(tup))
 		return;
 	found = ((Form_pg_attribute) GETSTRUCT(tup))->atttypid;
+	typmod = ((Form_pg_attribute) GETSTRUCT(tup))->atttypmod;
 	collation = ((Form_pg_attribute) GETSTRUCT(tup))->attcollation;
 	ReleaseSysCache(tup);
-	if (found != type)
-		ShapeRefuse(pipeline, table, column, found, type);
+	if (found != type || typmod != -1)
+		ShapeRefuse(pipeline, table, column, found, typmod, type);
 	if (OidIsValid(collation) && !get_collation_isdeterministic(collation))
 		ShapeRefuseCollation(pipeline, table, column, collation, type);
 }

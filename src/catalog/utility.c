@@ -69,18 +69,25 @@ UtilityRefuse(Pipeline *p, const char *table, const char *column, Oid type, cons
 			 errhint("Leave the columns exactonce made as they are; add columns of your own beside them.")));
 }
 
+/* what an ALTER COLUMN ... TYPE gives a column */
+typedef struct NewColumnType
+{
+	Oid			type;
+	int32		typmod;
+	Oid			collation;		/* InvalidOid: none named */
+} NewColumnType;
+
 /*
  * UtilityCheckAlterTable refuses an ALTER TABLE that changes the type of a
- * column exactonce touches, or drops it.
+ * column exactonce touches (its type modifier included), gives it a
+ * collation that is not deterministic, or drops it.
  */
 static void
 UtilityCheckAlterTable(AlterTableStmt *stmt)
 {
 	ListCell   *lc;
-	ListCell   *lt;
-	ListCell   *lco;
-	List	   *newtypes = NIL;
-	List	   *collations = NIL;
+	NewColumnType *newtypes;
+	int			i;
 	bool		touches = false;
 	Oid			relid;
 	const char *table;
@@ -100,36 +107,32 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	if (!OidIsValid(relid))
 		return;
 
-	/*
-	 * the new types and collations as the statement names them, in the
-	 * caller's search_path
-	 */
+	/* the new types as the statement names them, in the caller's search_path */
+	newtypes = palloc0(sizeof(NewColumnType) * list_length(stmt->cmds));
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
-		Oid			newtype = InvalidOid;
-		Oid			collation = InvalidOid;
-		int32		typmod;
+		NewColumnType *n = &newtypes[foreach_current_index(lc)];
 
 		if (cmd->subtype == AT_AlterColumnType)
 		{
 			ColumnDef  *def = castNode(ColumnDef, cmd->def);
 
-			typenameTypeIdAndMod(NULL, def->typeName, &newtype, &typmod);
+			typenameTypeIdAndMod(NULL, def->typeName, &n->type, &n->typmod);
 			if (def->collClause != NULL)
-				collation = LookupCollation(NULL, def->collClause->collname, def->collClause->location);
+				n->collation = LookupCollation(NULL, def->collClause->collname, def->collClause->location);
 		}
-		newtypes = lappend_oid(newtypes, newtype);
-		collations = lappend_oid(collations, collation);
 	}
 
 	table = get_rel_name(relid);
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoadDefinition(get_namespace_name(get_rel_namespace(relid)));
-	forthree(lc, stmt->cmds, lt, newtypes, lco, collations)
+	i = 0;
+	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+		NewColumnType *n = &newtypes[i++];
 		Oid			type = InvalidOid;
 
 		if (p != NULL && cmd->name != NULL)
@@ -138,14 +141,15 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 			continue;
 		if (cmd->subtype == AT_DropColumn)
 			UtilityRefuse(p, table, cmd->name, type, "drop");
-		if (cmd->subtype == AT_AlterColumnType && lfirst_oid(lt) != type)
+		if (cmd->subtype != AT_AlterColumnType)
+			continue;
+		if (n->type != type || n->typmod != -1)
 			UtilityRefuse(p, table, cmd->name, type, "alter the type of");
-		if (cmd->subtype == AT_AlterColumnType && OidIsValid(lfirst_oid(lco)) &&
-			!get_collation_isdeterministic(lfirst_oid(lco)))
+		if (OidIsValid(n->collation) && !get_collation_isdeterministic(n->collation))
 			ereport(ERROR,
 					(errcode(ERRCODE_EXACTONCE_ALTERED),
 					 errmsg("cannot give column \"%s\" of table \"%s.%s\" collation %s, which is not deterministic",
-							cmd->name, p->name, table, get_collation_name(lfirst_oid(lco))),
+							cmd->name, p->name, table, get_collation_name(n->collation)),
 					 errdetail("exactonce takes two values of this column of pipeline \"%s\" for one only where their bytes are equal.",
 							   p->name),
 					 errhint("Leave the columns exactonce made as they are; add columns of your own beside them.")));

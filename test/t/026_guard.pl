@@ -77,6 +77,8 @@ is(sqlstate('SET search_path = mine, public; ALTER TABLE guarded.ledger ALTER CO
 	'EO005', '... also as the owner\'s search_path names it');
 is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN key TYPE text COLLATE "C"'),
 	'', 'a deterministic one goes through');
+is(sqlstate('ALTER TABLE guarded.aggregates ALTER COLUMN total TYPE numeric(12,1)'),
+	'EO005', 'a type modifier, which would round what SQL writes there, is refused');
 
 # without the preload the ALTER is made; every path refuses the table
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
