@@ -341,7 +341,11 @@ FindLeaves(Pipeline *p)
 
 	p->queue_by_shard = get_rel_relkind(p->partitions[0]) == RELKIND_PARTITIONED_TABLE;
 	if (!p->queue_by_shard)
+	{
+		for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
+			ShapeCheckLogged(p->partitions[i], p->name);
 		return;
+	}
 	opclass = PipelineShardOpclass(false);
 	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
 	{
@@ -386,6 +390,7 @@ FindLeaves(Pipeline *p)
 				bound->modulus != p->nshards || bound->remainder != s)
 				LeavesError(p, psprintf("Table %s must be the partition of ingest_%d FOR VALUES WITH (MODULUS %d, REMAINDER %d).",
 										name, i, p->nshards, s));
+			ShapeCheckLogged(leaf, p->name);
 			p->leaves[i][s] = leaf;
 		}
 	}

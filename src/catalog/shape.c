@@ -28,6 +28,8 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/pg_am.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_attribute.h"
@@ -368,8 +370,50 @@ ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char 
 }
 
 /*
+ * ShapeIsTable says whether relid, in the schema of pipeline p, is one of
+ * the tables exactonce made for it: those of the lock order, or a leaf of
+ * the queue.
+ */
+bool
+ShapeIsTable(Pipeline *p, Oid relid)
+{
+	const char *name = get_rel_name(relid);
+	Oid			parent;
+
+	/* its schema by name: a definition alone has no nspid yet */
+	if (name == NULL || get_rel_namespace(relid) != get_namespace_oid(p->name, true))
+		return false;
+	for (int i = 0; i < lengthof(shape_lock_order); i++)
+		if (strcmp(shape_lock_order[i], name) == 0)
+			return true;
+	parent = get_rel_relispartition(relid) ? get_partition_parent(relid, true) : InvalidOid;
+	return OidIsValid(parent) && ShapeIsTable(p, parent);
+}
+
+/*
+ * ShapeCheckLogged refuses a table of pipeline pipeline that is not
+ * logged.  A crash empties an unlogged table and leaves the others: state
+ * emptied beside its aggregates would count every key again, a queue's
+ * partition would lose events whose commit was acknowledged.
+ */
+void
+ShapeCheckLogged(Oid relid, const char *pipeline)
+{
+	if (get_rel_persistence(relid) == RELPERSISTENCE_PERMANENT)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ALTERED),
+			 errmsg("table \"%s.%s\" of pipeline \"%s\" is unlogged",
+					pipeline, get_rel_name(relid), pipeline),
+			 errdetail("A crash empties an unlogged table and none of the pipeline's others: what it held would be lost or counted again."),
+			 errhint("Make it logged again with ALTER TABLE %s.%s SET LOGGED.",
+					 quote_identifier(pipeline), quote_identifier(get_rel_name(relid)))));
+}
+
+/*
  * ShapeCheckTable locks a table of a pipeline and, unless it passed since
- * it last changed, checks the type of every column exactonce touches.
+ * it last changed, checks that it is logged and the type of every column
+ * exactonce touches.
  */
 static bool
 ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
@@ -394,6 +438,7 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 	if (hash_search(shape_checked, &relid, HASH_FIND, NULL) != NULL)
 		return true;
 
+	ShapeCheckLogged(relid, p->name);
 	t = palloc(sizeof(ShapeTable));
 	if (!ShapeOf(p, table, t))
 		elog(ERROR, "exactonce has no table \"%s\"", table);

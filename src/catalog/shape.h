@@ -25,6 +25,8 @@
 #define SHAPE_ALL		0x3f
 
 extern bool ShapeCheck(Pipeline *p, uint32 tables);
+extern bool ShapeIsTable(Pipeline *p, Oid relid);
+extern void ShapeCheckLogged(Oid relid, const char *pipeline);
 extern void ShapeLockForDrop(Oid nspid);
 extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,

@@ -80,7 +80,8 @@ typedef struct NewColumnType
 /*
  * UtilityCheckAlterTable refuses an ALTER TABLE that changes the type of a
  * column exactonce touches (its type modifier included), gives it a
- * collation that is not deterministic, or drops it.
+ * collation that is not deterministic, or drops it, or that makes a table
+ * of a pipeline unlogged.
  */
 static void
 UtilityCheckAlterTable(AlterTableStmt *stmt)
@@ -98,7 +99,8 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 
-		touches |= cmd->subtype == AT_AlterColumnType || cmd->subtype == AT_DropColumn;
+		touches |= cmd->subtype == AT_AlterColumnType || cmd->subtype == AT_DropColumn ||
+			cmd->subtype == AT_SetUnLogged;
 	}
 	if (!touches || stmt->objtype != OBJECT_TABLE ||
 		!OidIsValid(get_extension_oid("exactonce", true)))
@@ -135,6 +137,13 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 		NewColumnType *n = &newtypes[i++];
 		Oid			type = InvalidOid;
 
+		if (cmd->subtype == AT_SetUnLogged && p != NULL && ShapeIsTable(p, relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_EXACTONCE_ALTERED),
+					 errmsg("cannot make table \"%s.%s\" unlogged", p->name, table),
+					 errdetail("A crash empties an unlogged table and none of pipeline \"%s\"'s others: what it held would be lost or counted again.",
+							   p->name),
+					 errhint("Leave the tables exactonce made logged.")));
 		if (p != NULL && cmd->name != NULL)
 			type = ShapeColumnType(p, table, cmd->name);
 		if (!OidIsValid(type))

@@ -79,6 +79,11 @@ is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN key TYPE text COLLATE "C"'),
 	'', 'a deterministic one goes through');
 is(sqlstate('ALTER TABLE guarded.aggregates ALTER COLUMN total TYPE numeric(12,1)'),
 	'EO005', 'a type modifier, which would round what SQL writes there, is refused');
+is(sqlstate('ALTER TABLE guarded.state SET UNLOGGED'),
+	'EO005', 'a table of the pipeline made unlogged, which a crash would empty alone, is refused');
+is(sqlstate('ALTER TABLE guarded.ingest_0_1 SET UNLOGGED'), 'EO005', '... a partition of its queue too');
+is(sqlstate('CREATE TABLE guarded.mine (x int); ALTER TABLE guarded.mine SET UNLOGGED'),
+	'', 'a table of the owner\'s own in the schema is the owner\'s to make unlogged');
 
 # without the preload the ALTER is made; every path refuses the table
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
