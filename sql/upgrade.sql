@@ -153,6 +153,10 @@ SELECT 'exactonce.key_stays(text,integer,integer,text)'::regprocedure,
 	'exactonce.move_keys_settle(text,integer,integer)'::regprocedure;
 -- 1.15: a queue's identity hands out 1,000 ingest_ids at a time
 SELECT seqcache FROM pg_sequence WHERE seqrelid = pg_get_serial_sequence('old.ingest', 'ingest_id')::regclass;
+-- 1.29: a shard's position knows the file of its partition, unknown until
+-- the shard next moves (then it counts its rows once, the flush below)
+SELECT attname, format_type(atttypid, atttypmod), (SELECT count(drain_file) FROM old.shard) AS known
+FROM pg_attribute WHERE attrelid = 'old.shard'::regclass AND attname = 'drain_file';
 SELECT exactonce.drop_pipeline('dc');
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, s.srvname, f.ftoptions, pg_get_userbyid(c.relowner) AS owner
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_foreign_table f ON f.ftrelid = c.oid

@@ -181,6 +181,7 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 
 		ShapeAdd(t, "shard", INT4OID);
 		ShapeAddNames(t, positions, lengthof(positions), NULL, INT8OID);
+		ShapeAdd(t, "drain_file", OIDOID);
 		ShapeAddCounters(t);
 	}
 	else if (strcmp(table, "ingest") == 0)

@@ -71,7 +71,7 @@ PG_FUNCTION_INFO_V1(exactonce_set_shards);
 	" last_batch_at timestamptz"
 
 #define SHARD_TABLE_COMMENT \
-	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one, a digest of their ingest_ids), the events it took and the counters of what it drained"
+	"exactonce: drain position of each key shard (the rotation it drains, how many rows of its keys it took there, the TID and ingest_id of the last one and the file of that TID, a digest of their ingest_ids), the events it took and the counters of what it drained"
 
 /* column names a dimension may not take */
 static const char *const reserved_columns[] = {
@@ -605,6 +605,7 @@ BuildPipelineDDL(Pipeline *def, int nshards)
 					 " drain_row bigint,"
 					 " drain_count bigint NOT NULL DEFAULT 0,"
 					 " drain_digest bigint DEFAULT 0,"
+					 " drain_file oid,"
 					 COUNTER_COLUMNS
 					 ") WITH (fillfactor = 10);\n"
 					 "INSERT INTO %s.shard (shard) SELECT pg_catalog.generate_series(0, %d);\n"

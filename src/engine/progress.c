@@ -55,7 +55,7 @@
 
 /* the columns of a shard's position, in the order PositionFromRow reads */
 #define SHARD_POSITION_COLUMNS \
-	"drain_rotation, drain_position, drain_row, drain_count, drain_digest"
+	"drain_rotation, drain_position, drain_row, drain_count, drain_digest, drain_file"
 
 /*
  * BuildProgressLock: lock the progress row, which serializes reduce, the
@@ -370,6 +370,8 @@ PositionFromRow(uint64 i, QueuePosition *pos)
 	d = SPI_getbinval(tup, desc, 5, &isnull);
 	pos->digest = isnull ? 0 : DatumGetInt64(d);
 	pos->digest_known = !isnull;
+	d = SPI_getbinval(tup, desc, 6, &isnull);
+	pos->file = isnull ? InvalidOid : DatumGetObjectId(d);
 }
 
 /*
@@ -487,7 +489,8 @@ BuildShardSet(Pipeline *p)
 					" taken = taken + $7, ingested = ingested + $8, applied = applied + $9,"
 					" duplicates = duplicates + $10, stale = stale + $11,"
 					" dead_lettered = dead_lettered + $12, batches = batches + $13,"
-					" last_batch_at = CASE WHEN $13 > 0 THEN now() ELSE last_batch_at END"
+					" last_batch_at = CASE WHEN $13 > 0 THEN now() ELSE last_batch_at END,"
+					" drain_file = $14"
 					" WHERE shard = $1", quote_identifier(p->name));
 }
 
@@ -500,27 +503,30 @@ void
 ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 taken,
 					const StageCounts *c, int64 batches)
 {
-	Oid			types[13] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID,
-	INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
-	Datum		values[13] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
+	Oid			types[14] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID,
+	INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, OIDOID};
+	Datum		values[14] = {Int32GetDatum(shard), Int64GetDatum(pos->rotation),
 		Int64GetDatum(pos->tid), Int64GetDatum(pos->row), Int64GetDatum(pos->count),
 		Int64GetDatum(pos->digest), Int64GetDatum(taken), Int64GetDatum(c->ingested),
 		Int64GetDatum(c->applied), Int64GetDatum(c->duplicates), Int64GetDatum(c->stale),
-	Int64GetDatum(c->dead_lettered), Int64GetDatum(batches)};
-	char		nulls[14] = "             ";
+	Int64GetDatum(c->dead_lettered), Int64GetDatum(batches), ObjectIdGetDatum(pos->file)};
+	char		nulls[15] = "              ";
 
 	Assert(p->shards_locked & (UINT64CONST(1) << shard));
-	/* the update to 1.21 gives the shard rows their counters */
-	if (get_attnum(p->shard, "ingested") == InvalidAttrNumber)
+	/* 1.21 and 1.29 give the shard rows their counters and files */
+	if (get_attnum(p->shard, "ingested") == InvalidAttrNumber ||
+		get_attnum(p->shard, "drain_file") == InvalidAttrNumber)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
-				 errdetail("Table %s.shard has no counters.", quote_identifier(p->name)),
+				 errdetail("Table %s.shard has no counters or no column drain_file.", quote_identifier(p->name)),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 	WakeWaitersAtCommit();
 	if (!pos->digest_known)
 		nulls[5] = 'n';
-	StatementExec(StatementPrepare(p, BuildShardSet, 13, types), values, nulls, 1);
+	if (!OidIsValid(pos->file))
+		nulls[13] = 'n';
+	StatementExec(StatementPrepare(p, BuildShardSet, 14, types), values, nulls, 1);
 }
 
 /*

@@ -511,8 +511,11 @@ IdAttnum(Relation rel)
 
 /*
  * PositionHolds tells whether the row a position names is still where it
- * was: at its TID, with its ingest_id.  Then no rewrite moved the rows
- * before it.
+ * was: in the file it was read from, at its TID, with its ingest_id.  Only
+ * a rewrite gives a table another file, and only a rewrite moves rows; the
+ * ingest_id alone would not tell a rewrite, as a producer may give many
+ * rows one (COPY writes an identity column, as does OVERRIDING SYSTEM
+ * VALUE).
  */
 static bool
 PositionHolds(Relation rel, Snapshot snap, AttrNumber id_attnum, QueuePosition *pos)
@@ -523,7 +526,7 @@ PositionHolds(Relation rel, Snapshot snap, AttrNumber id_attnum, QueuePosition *
 
 	if (pos->tid == 0)
 		return true;
-	if (!pos->digest_known)
+	if (!pos->digest_known || pos->file != rel->rd_node.relNode)
 		return false;
 	ItemPointerSet(&tid, (BlockNumber) (pos->tid >> 16), (OffsetNumber) (pos->tid & 0xFFFF));
 	if (!ItemPointerIsValid(&tid) || ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
@@ -591,6 +594,7 @@ Relocate(Pipeline *p, Relation rel, Snapshot snap, int shard,
 	pos->row = row;
 	pos->digest = digest;
 	pos->digest_known = true;
+	pos->file = rel->rd_node.relNode;
 }
 
 /*
@@ -649,6 +653,7 @@ QueueReadBatch(Pipeline *p, int shard, QueuePosition *pos, int max, Event *event
 		pos->count++;
 	}
 
+	pos->file = rel->rd_node.relNode;
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
 	UnregisterSnapshot(snap);

@@ -30,6 +30,7 @@ typedef struct QueuePosition
 	int64		count;			/* rows of the shard taken from the partition */
 	int64		digest;			/* sum of a hash of their ingest_ids */
 	bool		digest_known;	/* false for a position carried over from 1.1 */
+	Oid			file;			/* relfilenode tid is in; InvalidOid unknown */
 } QueuePosition;
 
 /* The transactions a worker waits for before draining a rotated partition. */

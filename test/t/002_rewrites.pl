@@ -1,7 +1,8 @@
 # Rewrites of a half-drained queue partition (VACUUM FULL, a rewriting ALTER
 # TABLE, SET ACCESS METHOD; state, aggregates and ledger rewritten too) move
 # its rows; the shards find their positions
-# again and every event counts once.  CLUSTER, which reorders the rows, and
+# again and every event counts once, also where a producer gave every row
+# one ingest_id.  CLUSTER, which reorders the rows, and
 # a DELETE of rows a shard took are refused loudly and change nothing.  A trigger on state, whose writes it
 # would not see, is refused until it is gone.
 
@@ -18,12 +19,12 @@ my $db = 'postgres';
 eo_setup($node, $db);
 my $next = 1;
 
-# half-drain events, rewrite with $sql (given the partition being drained),
-# produce more, let the workers finish
+# half-drain events (all with ingest_id $id, if given), rewrite with $sql
+# (given the partition being drained), produce more, let the workers finish
 sub rewrite_mid_drain
 {
-	my ($label, $sql) = @_;
-	ok(eo_half_drain($node, $db, $next, $next + 29999), "$label: half way through a partition");
+	my ($label, $sql, $id) = @_;
+	ok(eo_half_drain($node, $db, $next, $next + 29999, $id), "$label: half way through a partition");
 	$next += 30000;
 	my $part = eo_queue_partition($node, $db);
 	my $before = $node->safe_psql($db, "SELECT pg_relation_filenode('$part')");
@@ -42,6 +43,10 @@ my $log_offset = -s $node->logfile;
 rewrite_mid_drain('VACUUM FULL', 'VACUUM FULL PART; VACUUM FULL trades.state, trades.aggregates, trades.ledger');
 ok($node->log_contains(qr/found its position in rewritten queue partition/, $log_offset),
 	'the shards found their positions again');
+# a producer that gives every row one ingest_id: after the rewrite the TID
+# of each shard's position holds another row of that ingest_id, and only
+# the file the position was read from (shard.drain_file) tells the rewrite
+rewrite_mid_drain('VACUUM FULL, one ingest_id for every row', 'VACUUM FULL PART', 7);
 rewrite_mid_drain('rewriting ALTER TABLE',
 	"ALTER TABLE trades.ingest ALTER COLUMN event_time TYPE timestamptz USING event_time + interval '0 s'");
 # a second table access method on heap's handler, so that the change rewrites

@@ -81,10 +81,17 @@ FROM generate_series(${from}::bigint, ${to}::bigint) i};
 
 # The statements that produce events from .. to: recorded in truth, queued
 # with every 5th twice and every 7th key's previous version again (stale
-# unless it is still the newest), shuffled, and counted in sent.
+# unless it is still the newest), shuffled, and counted in sent.  With id,
+# every row is queued with that ingest_id, as a producer may give it
+# (OVERRIDING SYSTEM VALUE needs nothing but INSERT).
 sub produce_sql
 {
-	my ($from, $to) = @_;
+	my ($from, $to, $id) = @_;
+	my $insert = defined $id
+	  ? "INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted, ingest_id)
+	OVERRIDING SYSTEM VALUE SELECT *, $id FROM queued;"
+	  : "INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
+	SELECT * FROM queued;";
 	my $events = events_sql($from, $to);
 	return qq{
 BEGIN;
@@ -97,18 +104,18 @@ SELECT * FROM (
 		WHERE b.version % 7 = 0) e
 ORDER BY md5(key || '/' || version || '/' || random());
 INSERT INTO truth SELECT * FROM batch;
-INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, deleted)
-	SELECT * FROM queued;
+$insert
 INSERT INTO sent SELECT count(*) FROM queued;
 COMMIT;
 };
 }
 
-# eo_produce(node, db, from, to): produce events from .. to.
+# eo_produce(node, db, from, to[, id]): produce events from .. to (all with
+# ingest_id id, if given).
 sub eo_produce
 {
-	my ($node, $db, $from, $to) = @_;
-	$node->safe_psql($db, produce_sql($from, $to));
+	my ($node, $db, $from, $to, $id) = @_;
+	$node->safe_psql($db, produce_sql($from, $to, $id));
 	return;
 }
 
@@ -173,16 +180,16 @@ SELECT t.relid::regclass FROM trades.shard s,
 WHERE s.shard = 0 AND t.isleaf ORDER BY t.relid::regclass::text LIMIT 1});
 }
 
-# eo_half_drain(node, db, from, to): with the workers, leave the pipeline
-# paused half way through a queue partition of events from .. to (after
-# some aborted rows), every shard having taken some, and tell whether it
-# is: some rows taken, some queued.
+# eo_half_drain(node, db, from, to[, id]): with the workers, leave the
+# pipeline paused half way through a queue partition of events from .. to
+# (after some aborted rows; all with ingest_id id, if given), every shard
+# having taken some, and tell whether it is: some rows taken, some queued.
 sub eo_half_drain
 {
-	my ($node, $db, $from, $to) = @_;
+	my ($node, $db, $from, $to, $id) = @_;
 	eo_pause($node, $db);
 	eo_produce_aborted($node, $db, 2000);
-	eo_produce($node, $db, $from, $to);
+	eo_produce($node, $db, $from, $to, $id);
 	# a batch of one event per transaction: the shards are still far from
 	# the partition's end when the poll below has seen each take one and
 	# pauses them, however fast the drain and however slow the machine
