@@ -32,7 +32,8 @@ if [ -n "${BUNDLE:-}" ]; then
 	export LD_LIBRARY_PATH=/opt/pglibs
 fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-export PATH=$PGBIN:$PATH
+export PATH=$PGBIN:$PATH:$(cd "$(dirname "$0")/../../tools" && pwd)
+command -v producer >/dev/null || { echo "latency.sh: no producer on PATH or in tools/ (make -C tools)" >&2; exit 2; }
 LIB=$(pg_config --pkglibdir)
 id postgres >/dev/null 2>&1 || useradd -m postgres 2>/dev/null ||
 	{ echo "postgres:x:990:990::/tmp:/bin/sh" >>/etc/passwd; echo "postgres:x:990:" >>/etc/group; }
