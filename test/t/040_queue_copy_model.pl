@@ -344,7 +344,7 @@ note 'PostgreSQL\'s COPY, for: ' . join(', ', map { "$_ $refused{$_}" } sort key
 is(scalar(@differing), 0, 'every statement has the same rows, count, triggers and errors both ways')
   or diag(join("\n\n", @differing[ 0 .. ($#differing < 2 ? $#differing : 2) ]));
 cmp_ok($taken{none} // 0, '>=', $statements / 3, 'the path runs the statements of queues that allow it');
-cmp_ok($with_rows, '>=', $statements / 2, 'most statements copy rows');
+cmp_ok($with_rows, '>=', $statements / 4, 'a good part of the statements copy rows');
 cmp_ok($failed, '>=', 3, 'some statements fail');
 is_deeply(\%unrefused, {}, 'a queue that needs PostgreSQL\'s COPY gets it, with the reason said');
 for my $r (sort keys %refusal)
