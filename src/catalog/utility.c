@@ -88,7 +88,6 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 {
 	ListCell   *lc;
 	NewColumnType *newtypes;
-	int			i;
 	bool		touches = false;
 	Oid			relid;
 	const char *table;
@@ -130,11 +129,10 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 	SPI_connect();
 	nestlevel = StatementPinSearchPath();
 	p = PipelineLoadDefinition(get_namespace_name(get_rel_namespace(relid)));
-	i = 0;
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
-		NewColumnType *n = &newtypes[i++];
+		NewColumnType *n = &newtypes[foreach_current_index(lc)];
 		Oid			type = InvalidOid;
 
 		if (cmd->subtype == AT_SetUnLogged && p != NULL && ShapeIsTable(p, relid))

@@ -513,13 +513,12 @@ ProgressShardRecord(Pipeline *p, int shard, const QueuePosition *pos, int64 take
 	char		nulls[15] = "              ";
 
 	Assert(p->shards_locked & (UINT64CONST(1) << shard));
-	/* 1.21 and 1.29 give the shard rows their counters and files */
-	if (get_attnum(p->shard, "ingested") == InvalidAttrNumber ||
-		get_attnum(p->shard, "drain_file") == InvalidAttrNumber)
+	/* the update to 1.21 gives the shard rows their counters */
+	if (get_attnum(p->shard, "ingested") == InvalidAttrNumber)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the exactonce library is newer than the extension's SQL objects"),
-				 errdetail("Table %s.shard has no counters or no column drain_file.", quote_identifier(p->name)),
+				 errdetail("Table %s.shard has no counters.", quote_identifier(p->name)),
 				 errhint("Run ALTER EXTENSION exactonce UPDATE.")));
 	WakeWaitersAtCommit();
 	if (!pos->digest_known)

@@ -43,6 +43,16 @@ my $log_offset = -s $node->logfile;
 rewrite_mid_drain('VACUUM FULL', 'VACUUM FULL PART; VACUUM FULL trades.state, trades.aggregates, trades.ledger');
 ok($node->log_contains(qr/found its position in rewritten queue partition/, $log_offset),
 	'the shards found their positions again');
+# a producer may give its rows their ingest_id: OVERRIDING SYSTEM VALUE
+# needs nothing but INSERT
+$node->safe_psql($db,
+	'CREATE ROLE rw_producer; GRANT USAGE ON SCHEMA trades TO rw_producer; GRANT INSERT ON trades.ingest TO rw_producer');
+is( $node->psql(
+		$db, "SET ROLE rw_producer; BEGIN;
+INSERT INTO trades.ingest (key, version, value, risk_type, region, trade_desk, ingest_id)
+	OVERRIDING SYSTEM VALUE VALUES ('p', 1, 1, 'x', 'x', 'x', 7);
+ROLLBACK"),
+	0, 'a producer with INSERT alone gives a row its ingest_id');
 # a producer that gives every row one ingest_id: after the rewrite the TID
 # of each shard's position holds another row of that ingest_id, and only
 # the file the position was read from (shard.drain_file) tells the rewrite

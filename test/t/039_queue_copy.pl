@@ -33,6 +33,18 @@ sub copy_sql
 	return "COPY $pipeline.ingest ($cols) FROM STDIN;\n$rows\n\\.\n";
 }
 
+# copy_wal(schema, on): the WAL bytes of a COPY of events 1 .. 3000 into
+# schema.ingest with exactonce.queue_copy on or off
+sub copy_wal
+{
+	my ($schema, $on) = @_;
+	return $node->safe_psql(
+		$db, "SET exactonce.queue_copy = $on;
+SELECT pg_current_wal_insert_lsn() AS lsn \\gset
+" . copy_sql($schema, 1, 3000) . "
+SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn')::bigint;");
+}
+
 # The path is taken: fewer WAL bytes than PostgreSQL's row-by-row insert
 $node->safe_psql(
 	$db, q{
@@ -41,16 +53,7 @@ SELECT exactonce.create_pipeline(p, ARRAY['risk_type', 'region', 'trade_desk'], 
 	FROM unnest(ARRAY['fast', 'plain']) p;
 SELECT exactonce.pause('fast'), exactonce.pause('plain');
 });
-my %wal;
-for my $case ([ 'fast', 'on' ], [ 'plain', 'off' ])
-{
-	my ($p, $on) = @$case;
-	$wal{$p} = $node->safe_psql(
-		$db, "SET exactonce.queue_copy = $on;
-SELECT pg_current_wal_insert_lsn() AS lsn \\gset
-" . copy_sql($p, 1, 3000) . "
-SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn')::bigint;");
-}
+my %wal = (fast => copy_wal('fast', 'on'), plain => copy_wal('plain', 'off'));
 note "WAL of 3,000 rows: $wal{fast} bytes with the path, $wal{plain} without";
 cmp_ok($wal{fast} * 5, '<', $wal{plain} * 4,
 	'a COPY with event_time left to its default goes a page at a time, not row by row');
@@ -72,15 +75,7 @@ CREATE TABLE mine.ingest (key text, version bigint, value numeric, risk_type tex
 	PARTITION BY LIST (slot);
 CREATE TABLE mine.ingest_0 PARTITION OF mine.ingest FOR VALUES IN (0);
 });
-my %mine;
-for my $on ('on', 'off')
-{
-	$mine{$on} = $node->safe_psql(
-		$db, "SET exactonce.queue_copy = $on;
-SELECT pg_current_wal_insert_lsn() AS lsn \\gset
-" . copy_sql('mine', 1, 3000) . "
-SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'lsn')::bigint;");
-}
+my %mine = (on => copy_wal('mine', 'on'), off => copy_wal('mine', 'off'));
 note "WAL of 3,000 rows into mine.ingest: $mine{on} bytes with exactonce.queue_copy on, $mine{off} off";
 cmp_ok($mine{on} * 5, '>', $mine{off} * 4, 'a table called ingest that is no queue goes row by row either way');
 $node->safe_psql($db, 'DROP SCHEMA mine CASCADE');
