@@ -177,6 +177,92 @@ ALTER TABLE shp.ingest_1 ATTACH PARTITION shp.ingest_1_1 FOR VALUES WITH (MODULU
 INSERT INTO shp.ingest (key, version, value, d) SELECT 'b' || i, 1, 1, 'b' FROM generate_series(1, 20) i;
 SELECT exactonce.flush('shp') AS flushed;
 
+-- the queue's own partitions too: one detached, or two swapped, would have
+-- a shard read the partition still taking inserts as the sealed one
+ALTER TABLE shp.ingest DETACH PARTITION shp.ingest_0;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.ingest ATTACH PARTITION shp.ingest_0 FOR VALUES IN (0);
+
+-- the check that holds rows out of a sealed partition: gone, or naming
+-- another pipeline, the queue is refused until it is back; its name is
+-- not what counts
+ALTER TABLE shp.ingest DROP CONSTRAINT ingest_slot_open;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.ingest ADD CONSTRAINT ingest_slot_open
+	CHECK (exactonce.ingest_slot_check(ingest_slot, 'shpacc'::text)) NOT VALID;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ALTER TABLE shp.ingest DROP CONSTRAINT ingest_slot_open;
+ALTER TABLE shp.ingest ADD CONSTRAINT slot_open
+	CHECK (exactonce.ingest_slot_check(ingest_slot, 'shp'::text)) NOT VALID;
+SELECT exactonce.flush('shp') AS flushed;
+ALTER TABLE shp.ingest RENAME CONSTRAINT slot_open TO ingest_slot_open;
+
+-- a column exactonce made NOT NULL, made to allow nulls: the C code reads
+-- it as never null (a null there crashed a worker), so every path refuses
+-- the table until it is NOT NULL again.  Each such column of every table,
+-- in turn (but for primary keys and the queue's identity, which cannot
+-- allow nulls).
+SELECT exactonce.create_pipeline('shprich', ARRAY['d', 'e'], measures => ARRAY['qty', 'fee'],
+	min_max => ARRAY['value', 'fee'], distinct_counts => ARRAY['cp']);
+SELECT exactonce.set_feed('shprich', true);
+INSERT INTO shprich.ingest (key, version, value, d, e, qty, fee, cp)
+	SELECT 'k' || i, 1, i, 'd' || i % 3, 'e' || i % 2, i, i % 7, 'c' || i % 5 FROM generate_series(1, 40) i;
+SELECT exactonce.flush('shprich') AS flushed;
+CREATE FUNCTION pg_temp.nullable_refused(pipeline text)
+RETURNS TABLE (tab name, col name, refused text) LANGUAGE plpgsql AS $f$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT c.relname, a.attname FROM pg_class c
+			 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+			 WHERE c.relnamespace = pipeline::regnamespace AND c.relkind IN ('r', 'p')
+			   AND NOT c.relispartition AND a.attnotnull AND a.attidentity = ''
+			   AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary
+							   AND a.attnum = ANY (i.indkey))
+			 ORDER BY c.relname, a.attnum LOOP
+		EXECUTE format('ALTER TABLE %I.%I ALTER COLUMN %I DROP NOT NULL', pipeline, r.relname, r.attname);
+		tab := r.relname;
+		col := r.attname;
+		refused := pg_temp.err(format('SELECT exactonce.flush(%L)', pipeline));
+		RETURN NEXT;
+		EXECUTE format('ALTER TABLE %I.%I ALTER COLUMN %I SET NOT NULL', pipeline, r.relname, r.attname);
+	END LOOP;
+END $f$;
+SELECT * FROM pg_temp.nullable_refused('shprich');
+SELECT * FROM pg_temp.nullable_refused('shpacc');
+DROP FUNCTION pg_temp.nullable_refused(text);
+
+-- and the columns made to allow nulls hold them: each null in every row
+-- of every table but state (and for the cells' dimensions, which are
+-- unique, and the generated averages), the pipeline drains a new version
+-- of every key, and its aggregates are the live keys' again
+DO $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT c.relname, a.attname FROM pg_class c
+			 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+			 WHERE c.relnamespace = 'shprich'::regnamespace AND c.relkind = 'r'
+			   AND c.relname NOT LIKE 'ingest%' AND c.relname <> 'state'
+			   AND NOT a.attnotnull AND a.attgenerated = ''
+			   AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique
+							   AND a.attnum = ANY (i.indkey)) LOOP
+		EXECUTE format('UPDATE shprich.%I SET %I = NULL', r.relname, r.attname);
+	END LOOP;
+END $$;
+INSERT INTO shprich.ingest (key, version, value, d, e, qty, fee, cp)
+	SELECT 'k' || i, 2, i * 2, 'd' || i % 4, 'e' || i % 3, NULL, i % 5, 'c' || i % 6 FROM generate_series(1, 40) i;
+SELECT exactonce.flush('shprich') AS flushed;
+SELECT item, ok FROM exactonce.verify('shprich') WHERE cell IS NULL ORDER BY 1;
+SELECT d, e, total, keys, qty_sum, fee_sum, value_min, value_max, fee_min, fee_max, cp_distinct
+FROM shprich.aggregates WHERE level = 0;
+-- a measure of a key's state made null by hand is a contribution lost:
+-- the next version takes nothing off for it, and verify() says where
+UPDATE shprich.state SET fee = NULL WHERE key = 'k7';
+INSERT INTO shprich.ingest (key, version, value, d, e, qty, fee, cp) VALUES ('k7', 3, 1, 'd0', 'e0', 1, 1, 'c0');
+SELECT exactonce.flush('shprich') AS flushed;
+SELECT item, cell, ok FROM exactonce.verify('shprich') WHERE NOT ok ORDER BY 1, 2;
+
 RESET ROLE;
 
 -- a role with nothing but CONNECT reads no moved totals (event data)
@@ -188,7 +274,7 @@ RESET ROLE;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_shape_owner';
 -- the cast ran only in the owner's own ALTER TABLE, as the owner
 SELECT DISTINCT who, what FROM plants.regress_ran_as;
-SELECT exactonce.drop_pipeline('shp'), exactonce.drop_pipeline('shpacc');
+SELECT exactonce.drop_pipeline('shp'), exactonce.drop_pipeline('shpacc'), exactonce.drop_pipeline('shprich');
 DROP SCHEMA plants CASCADE;
 REVOKE CREATE ON DATABASE contrib_regression FROM regress_shape_owner;
 DROP ROLE regress_shape_owner, regress_shape_reader, regress_shape_other;

@@ -325,6 +325,33 @@ LeavesError(Pipeline *p, const char *why)
 }
 
 /*
+ * PartitionBound returns the bound of partition relid of parent, or NULL
+ * if relid is not a partition of parent, and sets *persistence to the
+ * partition's.
+ */
+static PartitionBoundSpec *
+PartitionBound(Oid relid, Oid parent, char *persistence)
+{
+	HeapTuple	tup;
+	PartitionBoundSpec *bound = NULL;
+	bool		isnull;
+	Datum		d;
+
+	if (!OidIsValid(relid) || !get_rel_relispartition(relid) ||
+		get_partition_parent(relid, true) != parent)
+		return NULL;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return NULL;
+	d = SysCacheGetAttr(RELOID, tup, Anum_pg_class_relpartbound, &isnull);
+	if (!isnull)
+		bound = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(d)));
+	*persistence = ((Form_pg_class) GETSTRUCT(tup))->relpersistence;
+	ReleaseSysCache(tup);
+	return bound;
+}
+
+/*
  * FindLeaves finds the leaves of a queue laid out by shard (1.19): each
  * partition ingest_<slot> hash-partitioned on key with
  * exactonce.key_shard_ops, whose hash puts a key in the leaf of its shard
@@ -332,18 +359,32 @@ LeavesError(Pipeline *p, const char *why)
  * remainder shard of modulus shards.  A queue made before 1.19, or with
  * one shard, has plain partitions that hold every shard's rows.  Leaves
  * are checked by their bounds, not only their names, so that no shard can
- * drain the rows of another's keys.
+ * drain the rows of another's keys; so are the partitions ingest_<slot>,
+ * which must be the queue's for their slot, or a shard would read a
+ * partition still taking inserts as the sealed one.
  */
 static void
 FindLeaves(Pipeline *p)
 {
 	Oid			opclass;
+	char		persistence[EXACTONCE_PARTITIONS];
 
+	for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
+	{
+		PartitionBoundSpec *bound = PartitionBound(p->partitions[i], p->ingest, &persistence[i]);
+
+		if (bound == NULL || bound->strategy != PARTITION_STRATEGY_LIST ||
+			list_length(bound->listdatums) != 1 ||
+			castNode(Const, linitial(bound->listdatums))->constisnull ||
+			DatumGetInt32(castNode(Const, linitial(bound->listdatums))->constvalue) != i)
+			LeavesError(p, psprintf("Table ingest_%d must be the partition of ingest FOR VALUES IN (%d).", i, i));
+	}
 	p->queue_by_shard = get_rel_relkind(p->partitions[0]) == RELKIND_PARTITIONED_TABLE;
 	if (!p->queue_by_shard)
 	{
 		for (int i = 0; i < EXACTONCE_PARTITIONS; i++)
-			ShapeCheckLogged(p->partitions[i], p->name);
+			if (persistence[i] != RELPERSISTENCE_PERMANENT)
+				ShapeCheckLogged(p->partitions[i], p->name);
 		return;
 	}
 	opclass = PipelineShardOpclass(false);
@@ -371,28 +412,16 @@ FindLeaves(Pipeline *p)
 		{
 			char	   *name = psprintf("ingest_%d_%d", i, s);
 			Oid			leaf = get_relname_relid(name, p->nspid);
-			HeapTuple	ctup;
 			PartitionBoundSpec *bound = NULL;
-			bool		logged = true;
+			char		leaf_persistence = RELPERSISTENCE_PERMANENT;
 
-			if (OidIsValid(leaf) && get_rel_relkind(leaf) == RELKIND_RELATION &&
-				get_rel_relispartition(leaf) &&
-				get_partition_parent(leaf, true) == p->partitions[i] &&
-				HeapTupleIsValid(ctup = SearchSysCache1(RELOID, ObjectIdGetDatum(leaf))))
-			{
-				bool		isnull;
-				Datum		d = SysCacheGetAttr(RELOID, ctup, Anum_pg_class_relpartbound, &isnull);
-
-				if (!isnull)
-					bound = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(d)));
-				logged = ((Form_pg_class) GETSTRUCT(ctup))->relpersistence == RELPERSISTENCE_PERMANENT;
-				ReleaseSysCache(ctup);
-			}
+			if (OidIsValid(leaf) && get_rel_relkind(leaf) == RELKIND_RELATION)
+				bound = PartitionBound(leaf, p->partitions[i], &leaf_persistence);
 			if (bound == NULL || bound->strategy != PARTITION_STRATEGY_HASH ||
 				bound->modulus != p->nshards || bound->remainder != s)
 				LeavesError(p, psprintf("Table %s must be the partition of ingest_%d FOR VALUES WITH (MODULUS %d, REMAINDER %d).",
 										name, i, p->nshards, s));
-			if (!logged)
+			if (leaf_persistence != RELPERSISTENCE_PERMANENT)
 				ShapeCheckLogged(leaf, p->name);
 			p->leaves[i][s] = leaf;
 		}

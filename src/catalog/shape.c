@@ -9,7 +9,10 @@
  * aggregates.  So every load of a pipeline (PipelineFill, the one door of
  * functions, workers and the monitoring view alike) locks the tables it
  * will touch and checks that each column the C code touches still has the
- * type the extension created, before any statement runs on them.  The lock
+ * type the extension created, and is still NOT NULL where it was made so
+ * (a null read as a value is a crash too), before any statement runs on
+ * them; and that the queue still has the check that keeps rows out of a
+ * sealed partition.  The lock
  * (ACCESS SHARE, which an ALTER TABLE must wait for) keeps the checked
  * shape until the transaction ends; taking it also reads the invalidations
  * sent since, so the check sees the catalog as it is.
@@ -51,12 +54,17 @@
 #define SHAPE_MAX_COLUMNS \
 	(32 + 2 * EXACTONCE_MAX_DIMENSIONS + 6 * EXACTONCE_MAX_MEASURES + 2 * EXACTONCE_MAX_DISTINCT)
 
-/* a column the C code touches, and the type it has there */
+/* a column the C code touches, the type it has there, whether never null */
 typedef struct ShapeColumn
 {
 	const char *name;
 	Oid			type;
+	bool		notnull;
 } ShapeColumn;
+
+/* ShapeAdd's last argument */
+#define NOT_NULL	true
+#define NULLABLE	false
 
 /* the columns of one table of a pipeline */
 typedef struct ShapeTable
@@ -104,42 +112,46 @@ ShapeInvalidate(Datum arg, Oid relid)
 }
 
 /*
- * ShapeAdd adds a column to a table's list.
+ * ShapeAdd adds a column to a table's list: NOT_NULL where exactonce made
+ * it so, and the C code reads it without looking for a null.
  */
 static void
-ShapeAdd(ShapeTable *t, const char *name, Oid type)
+ShapeAdd(ShapeTable *t, const char *name, Oid type, bool notnull)
 {
 	Assert(t->n < SHAPE_MAX_COLUMNS);
 	t->cols[t->n].name = name;
-	t->cols[t->n++].type = type;
+	t->cols[t->n].type = type;
+	t->cols[t->n++].notnull = notnull;
 }
 
 /*
  * ShapeAddNames adds n columns of one type, named name[i] plus suffix.
  */
 static void
-ShapeAddNames(ShapeTable *t, char **names, int n, const char *suffix, Oid type)
+ShapeAddNames(ShapeTable *t, char **names, int n, const char *suffix, Oid type, bool notnull)
 {
 	for (int i = 0; i < n; i++)
-		ShapeAdd(t, suffix ? psprintf("%s%s", names[i], suffix) : names[i], type);
+		ShapeAdd(t, suffix ? psprintf("%s%s", names[i], suffix) : names[i], type, notnull);
 }
 
 /*
  * ShapeAddEvent adds the columns of an event as the queue and dead_letters
- * hold them.
+ * hold them: in the queue an event's own columns are never null, its
+ * measures and distinct-counted values may be; dead_letters keeps what
+ * came, nulls too.
  */
 static void
-ShapeAddEvent(ShapeTable *t, Pipeline *p)
+ShapeAddEvent(ShapeTable *t, Pipeline *p, bool notnull)
 {
-	ShapeAdd(t, "key", TEXTOID);
-	ShapeAdd(t, "version", INT8OID);
-	ShapeAdd(t, "value", NUMERICOID);
+	ShapeAdd(t, "key", TEXTOID, notnull);
+	ShapeAdd(t, "version", INT8OID, notnull);
+	ShapeAdd(t, "value", NUMERICOID, notnull);
 	ShapeAddNames(t, p->dims + PIPELINE_FIRST_INPUT_DIM(p),
-				  p->ndims - PIPELINE_FIRST_INPUT_DIM(p), NULL, TEXTOID);
-	ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID);
-	ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID);
-	ShapeAdd(t, "deleted", BOOLOID);
-	ShapeAdd(t, "event_time", TIMESTAMPTZOID);
+				  p->ndims - PIPELINE_FIRST_INPUT_DIM(p), NULL, TEXTOID, notnull);
+	ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID, NULLABLE);
+	ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID, NULLABLE);
+	ShapeAdd(t, "deleted", BOOLOID, notnull);
+	ShapeAdd(t, "event_time", TIMESTAMPTZOID, notnull);
 }
 
 /*
@@ -152,8 +164,8 @@ ShapeAddCounters(ShapeTable *t)
 	static char *counters[] = {"ingested", "applied", "duplicates", "stale", "dead_lettered",
 	"batches"};
 
-	ShapeAddNames(t, counters, lengthof(counters), NULL, INT8OID);
-	ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID);
+	ShapeAddNames(t, counters, lengthof(counters), NULL, INT8OID, NOT_NULL);
+	ShapeAdd(t, "last_batch_at", TIMESTAMPTZOID, NULLABLE);
 }
 
 /*
@@ -169,79 +181,81 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 	{
 		static char *rotations[] = {"rotation", "drain_rotation"};
 
-		ShapeAddNames(t, rotations, lengthof(rotations), NULL, INT8OID);
-		ShapeAdd(t, "paused", BOOLOID);
-		ShapeAdd(t, "watermark", TIMESTAMPTZOID);
+		ShapeAddNames(t, rotations, lengthof(rotations), NULL, INT8OID, NOT_NULL);
+		ShapeAdd(t, "paused", BOOLOID, NOT_NULL);
+		ShapeAdd(t, "watermark", TIMESTAMPTZOID, NULLABLE);
 		ShapeAddCounters(t);
 	}
 	else if (strcmp(table, "shard") == 0)
 	{
-		static char *positions[] = {"drain_rotation", "drain_position", "taken", "drain_row",
-		"drain_count", "drain_digest"};
+		static char *positions[] = {"drain_rotation", "drain_position", "taken", "drain_count"};
+		static char *marks[] = {"drain_row", "drain_digest"};
 
-		ShapeAdd(t, "shard", INT4OID);
-		ShapeAddNames(t, positions, lengthof(positions), NULL, INT8OID);
-		ShapeAdd(t, "drain_file", OIDOID);
+		ShapeAdd(t, "shard", INT4OID, NOT_NULL);
+		ShapeAddNames(t, positions, lengthof(positions), NULL, INT8OID, NOT_NULL);
+		ShapeAddNames(t, marks, lengthof(marks), NULL, INT8OID, NULLABLE);
+		ShapeAdd(t, "drain_file", OIDOID, NULLABLE);
 		ShapeAddCounters(t);
 	}
 	else if (strcmp(table, "ingest") == 0)
 	{
-		ShapeAddEvent(t, p);
-		ShapeAdd(t, "ingest_slot", INT4OID);
-		ShapeAdd(t, "ingest_id", INT8OID);
+		ShapeAddEvent(t, p, NOT_NULL);
+		ShapeAdd(t, "ingest_slot", INT4OID, NOT_NULL);
+		ShapeAdd(t, "ingest_id", INT8OID, NOT_NULL);
 	}
 	else if (strcmp(table, "dead_letters") == 0)
 	{
-		ShapeAddEvent(t, p);
-		ShapeAdd(t, "reason", TEXTOID);
-		ShapeAdd(t, "failed_at", TIMESTAMPTZOID);
+		ShapeAddEvent(t, p, NULLABLE);
+		ShapeAdd(t, "reason", TEXTOID, NOT_NULL);
+		ShapeAdd(t, "failed_at", TIMESTAMPTZOID, NOT_NULL);
 	}
 	else if (strcmp(table, "state") == 0 && p->mode == PIPELINE_LATEST)
 	{
-		ShapeAdd(t, "key", TEXTOID);
-		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
-		ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID);
-		ShapeAdd(t, "deleted", BOOLOID);
-		ShapeAdd(t, "version", INT8OID);
-		ShapeAdd(t, "value", NUMERICOID);
-		ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID);
-		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+		ShapeAdd(t, "key", TEXTOID, NOT_NULL);
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID, NOT_NULL);
+		ShapeAddNames(t, p->distincts, p->ndistinct, NULL, TEXTOID, NULLABLE);
+		ShapeAdd(t, "deleted", BOOLOID, NOT_NULL);
+		ShapeAdd(t, "version", INT8OID, NOT_NULL);
+		ShapeAdd(t, "value", NUMERICOID, NOT_NULL);
+		ShapeAddNames(t, p->measures, p->nmeasures, NULL, NUMERICOID, NULLABLE);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID, NOT_NULL);
 	}
 	else if (strcmp(table, "state") == 0)
 	{
-		ShapeAdd(t, "key", TEXTOID);
-		ShapeAdd(t, "first_event_time", TIMESTAMPTZOID);
-		ShapeAdd(t, "version", INT8OID);
-		ShapeAdd(t, "total", NUMERICOID);
-		ShapeAdd(t, "events", INT8OID);
-		ShapeAdd(t, "last_event_time", TIMESTAMPTZOID);
-		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+		ShapeAdd(t, "key", TEXTOID, NOT_NULL);
+		ShapeAdd(t, "first_event_time", TIMESTAMPTZOID, NOT_NULL);
+		ShapeAdd(t, "version", INT8OID, NOT_NULL);
+		ShapeAdd(t, "total", NUMERICOID, NOT_NULL);
+		ShapeAdd(t, "events", INT8OID, NOT_NULL);
+		ShapeAdd(t, "last_event_time", TIMESTAMPTZOID, NOT_NULL);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID, NOT_NULL);
 	}
 	else if (strcmp(table, "seen") == 0)
 	{
-		ShapeAdd(t, "key", TEXTOID);
-		ShapeAdd(t, "version", INT8OID);
-		ShapeAdd(t, "digest", INT8OID);
+		ShapeAdd(t, "key", TEXTOID, NOT_NULL);
+		ShapeAdd(t, "version", INT8OID, NOT_NULL);
+		ShapeAdd(t, "digest", INT8OID, NOT_NULL);
 	}
 	else if (strcmp(table, "aggregates") == 0)
 	{
-		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
-		ShapeAdd(t, "level", INT4OID);
-		ShapeAdd(t, "total", NUMERICOID);
-		ShapeAdd(t, "keys", INT8OID);
-		ShapeAddNames(t, p->measures, p->nmeasures, "_sum", NUMERICOID);
-		ShapeAddNames(t, p->measures, p->nmeasures, "_count", INT8OID);
-		ShapeAddNames(t, p->measures, p->nmeasures, "_avg", NUMERICOID);
+		/* a dimension is null in the cells that roll it up */
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID, NULLABLE);
+		ShapeAdd(t, "level", INT4OID, NOT_NULL);
+		ShapeAdd(t, "total", NUMERICOID, NOT_NULL);
+		ShapeAdd(t, "keys", INT8OID, NOT_NULL);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_sum", NUMERICOID, NOT_NULL);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_count", INT8OID, NOT_NULL);
+		ShapeAddNames(t, p->measures, p->nmeasures, "_avg", NUMERICOID, NULLABLE);
 		for (int slot = 0; slot <= p->nmeasures; slot++)
 			if (p->min_max[slot])
 			{
-				ShapeAdd(t, psprintf("%s_min", PipelineExtremumName(p, slot)), NUMERICOID);
-				ShapeAdd(t, psprintf("%s_max", PipelineExtremumName(p, slot)), NUMERICOID);
+				ShapeAdd(t, psprintf("%s_min", PipelineExtremumName(p, slot)), NUMERICOID, NULLABLE);
+				ShapeAdd(t, psprintf("%s_max", PipelineExtremumName(p, slot)), NUMERICOID, NULLABLE);
 			}
 		if (PIPELINE_RESERVES(p))
-			ShapeAdd(t, PIPELINE_RESERVE_COLUMN, NUMERICARRAYOID);
-		ShapeAddNames(t, p->distincts, p->ndistinct, "_distinct", INT8OID);
-		ShapeAdd(t, "updated_at", TIMESTAMPTZOID);
+			ShapeAdd(t, PIPELINE_RESERVE_COLUMN, NUMERICARRAYOID, NULLABLE);
+		ShapeAddNames(t, p->distincts, p->ndistinct, "_distinct", INT8OID, NOT_NULL);
+		ShapeAdd(t, "updated_at", TIMESTAMPTZOID, NOT_NULL);
 	}
 	else if (strcmp(table, "ledger") == 0)
 	{
@@ -249,37 +263,40 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 		{
 			const char *name;
 			Oid			type;
+			bool		notnull;
 		}			ledger[] = {
-			{"token", BYTEAOID}, {"source", TEXTOID}, {"position", INT8OID},
-			{"staged_at", TIMESTAMPTZOID}, {"applied_at", TIMESTAMPTZOID},
-			{"deltas", INT4OID}, {"levels", INT4ARRAYOID}, {"cells", TEXTARRAYOID},
-			{"totals", NUMERICARRAYOID}, {"keys", INT8ARRAYOID},
-			{"measure_sums", NUMERICARRAYOID}, {"measure_counts", INT8ARRAYOID},
-			{"extrema", NUMERICARRAYOID}, {"member_cells", TEXTARRAYOID},
-			{"member_columns", INT4ARRAYOID}, {"member_values", TEXTARRAYOID},
-			{"member_counts", INT8ARRAYOID},
+			{"token", BYTEAOID, NOT_NULL}, {"source", TEXTOID, NOT_NULL},
+			{"position", INT8OID, NULLABLE}, {"staged_at", TIMESTAMPTZOID, NOT_NULL},
+			{"applied_at", TIMESTAMPTZOID, NULLABLE}, {"deltas", INT4OID, NOT_NULL},
+			{"levels", INT4ARRAYOID, NULLABLE}, {"cells", TEXTARRAYOID, NULLABLE},
+			{"totals", NUMERICARRAYOID, NULLABLE}, {"keys", INT8ARRAYOID, NULLABLE},
+			{"measure_sums", NUMERICARRAYOID, NULLABLE}, {"measure_counts", INT8ARRAYOID, NULLABLE},
+			{"extrema", NUMERICARRAYOID, NULLABLE}, {"member_cells", TEXTARRAYOID, NULLABLE},
+			{"member_columns", INT4ARRAYOID, NULLABLE}, {"member_values", TEXTARRAYOID, NULLABLE},
+			{"member_counts", INT8ARRAYOID, NULLABLE},
 		};
 
 		for (int i = 0; i < lengthof(ledger); i++)
-			ShapeAdd(t, ledger[i].name, ledger[i].type);
+			ShapeAdd(t, ledger[i].name, ledger[i].type, ledger[i].notnull);
 	}
 	else if (strcmp(table, "distincts") == 0)
 	{
-		ShapeAdd(t, "cell", TEXTARRAYOID);
-		ShapeAdd(t, "col", TEXTOID);
-		ShapeAdd(t, "value", TEXTOID);
-		ShapeAdd(t, "n", INT8OID);
+		ShapeAdd(t, "cell", TEXTARRAYOID, NOT_NULL);
+		ShapeAdd(t, "col", TEXTOID, NOT_NULL);
+		ShapeAdd(t, "value", TEXTOID, NOT_NULL);
+		ShapeAdd(t, "n", INT8OID, NOT_NULL);
 	}
 	else if (strcmp(table, "feed") == 0)
 	{
-		ShapeAdd(t, "seq", INT8OID);
-		ShapeAdd(t, "level", INT4OID);
-		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID);
-		ShapeAdd(t, "old_total", NUMERICOID);
-		ShapeAdd(t, "new_total", NUMERICOID);
-		ShapeAdd(t, "old_keys", INT8OID);
-		ShapeAdd(t, "new_keys", INT8OID);
-		ShapeAdd(t, "changed_at", TIMESTAMPTZOID);
+		static char *changes[] = {"old_total", "new_total"};
+		static char *counts[] = {"old_keys", "new_keys"};
+
+		ShapeAdd(t, "seq", INT8OID, NOT_NULL);
+		ShapeAdd(t, "level", INT4OID, NOT_NULL);
+		ShapeAddNames(t, p->dims, p->ndims, NULL, TEXTOID, NULLABLE);
+		ShapeAddNames(t, changes, lengthof(changes), NULL, NUMERICOID, NOT_NULL);
+		ShapeAddNames(t, counts, lengthof(counts), NULL, INT8OID, NOT_NULL);
+		ShapeAdd(t, "changed_at", TIMESTAMPTZOID, NOT_NULL);
 	}
 	else
 		return false;
@@ -288,18 +305,23 @@ ShapeOf(Pipeline *p, const char *table, ShapeTable *t)
 
 /*
  * ShapeColumnType returns the type exactonce reads and writes column of
- * table of pipeline p as, or InvalidOid if it touches no such column.
+ * table of pipeline p as, or InvalidOid if it touches no such column, and
+ * in *notnull whether the column must never be null.
  */
 Oid
-ShapeColumnType(Pipeline *p, const char *table, const char *column)
+ShapeColumnType(Pipeline *p, const char *table, const char *column, bool *notnull)
 {
 	ShapeTable *t = palloc(sizeof(ShapeTable));
 	Oid			type = InvalidOid;
 
+	*notnull = false;
 	if (ShapeOf(p, table, t))
 		for (int i = 0; i < t->n && !OidIsValid(type); i++)
 			if (strcmp(t->cols[i].name, column) == 0)
+			{
 				type = t->cols[i].type;
+				*notnull = t->cols[i].notnull;
+			}
 	pfree(t);
 	return type;
 }
@@ -343,29 +365,53 @@ ShapeRefuseCollation(const char *pipeline, const char *table, const char *column
 }
 
 /*
+ * ShapeRefuseNull reports a column the C code reads as never null that
+ * allows nulls: a null read as a value is a crash of the server.
+ */
+static void
+ShapeRefuseNull(const char *pipeline, const char *table, const char *column)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ALTERED),
+			 errmsg("column \"%s\" of table \"%s.%s\" allows nulls", column, pipeline, table),
+			 errdetail("exactonce made this column of pipeline \"%s\" NOT NULL and reads it as never null; it refuses to touch the table while it may hold one.",
+					   pipeline),
+			 errhint("Make it NOT NULL again with ALTER TABLE %s.%s ALTER COLUMN %s SET NOT NULL, once no row holds a null there.",
+					 quote_identifier(pipeline), quote_identifier(table), quote_identifier(column))));
+}
+
+/*
  * ShapeCheckColumn checks the type of one column of a table of pipeline
  * pipeline, if the column is there (without a type modifier, as made),
- * and that its collation, if it has
- * one, is deterministic: the stages tell keys, cells and values apart by
- * their bytes, and a unique index under a collation that is not
- * deterministic would merge two of them into one row.
+ * that it is NOT NULL where notnull says the C code takes it to be, and
+ * that its collation, if it has one, is deterministic: the stages tell
+ * keys, cells and values apart by their bytes, and a unique index under a
+ * collation that is not deterministic would merge two of them into one
+ * row.
  */
 void
-ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char *column, Oid type)
+ShapeCheckColumn(Oid relid, const char *pipeline, const char *table, const char *column,
+				 Oid type, bool notnull)
 {
 	HeapTuple	tup = SearchSysCacheAttName(relid, column);
+	Form_pg_attribute att;
 	Oid			found;
 	int32		typmod;
 	Oid			collation;
+	bool		allows_null;
 
 	if (!HeapTupleIsValid(tup))
 		return;
-	found = ((Form_pg_attribute) GETSTRUCT(tup))->atttypid;
-	typmod = ((Form_pg_attribute) GETSTRUCT(tup))->atttypmod;
-	collation = ((Form_pg_attribute) GETSTRUCT(tup))->attcollation;
+	att = (Form_pg_attribute) GETSTRUCT(tup);
+	found = att->atttypid;
+	typmod = att->atttypmod;
+	collation = att->attcollation;
+	allows_null = !att->attnotnull;
 	ReleaseSysCache(tup);
 	if (found != type || typmod != -1)
 		ShapeRefuse(pipeline, table, column, found, typmod, type);
+	if (notnull && allows_null)
+		ShapeRefuseNull(pipeline, table, column);
 	if (OidIsValid(collation) && !get_collation_isdeterministic(collation))
 		ShapeRefuseCollation(pipeline, table, column, collation, type);
 }
@@ -412,15 +458,78 @@ ShapeCheckLogged(Oid relid, const char *pipeline)
 }
 
 /*
+ * ShapeIsSlotCheck says whether ccbin, the expression of a check
+ * constraint on queue relid of pipeline p, is ingest_slot_open as
+ * exactonce makes it: exactonce.ingest_slot_check(ingest_slot, 'p'::text),
+ * or, in a queue made before 1.6, the queue named by regclass.
+ */
+bool
+ShapeIsSlotCheck(Pipeline *p, Oid relid, const char *ccbin)
+{
+	Node	   *expr = stringToNode(ccbin);
+	FuncExpr   *call;
+	Node	   *slot;
+	Const	   *pipeline;
+	char	   *fname;
+
+	if (!IsA(expr, FuncExpr))
+		return false;
+	call = (FuncExpr *) expr;
+	fname = get_func_name(call->funcid);
+	if (list_length(call->args) != 2 || fname == NULL || strcmp(fname, "ingest_slot_check") != 0 ||
+		get_func_namespace(call->funcid) != get_namespace_oid("exactonce", false))
+		return false;
+	slot = linitial(call->args);
+	if (!IsA(slot, Var) || ((Var *) slot)->varattno != get_attnum(relid, "ingest_slot") ||
+		!IsA(lsecond(call->args), Const))
+		return false;
+	pipeline = lsecond_node(Const, call->args);
+	if (pipeline->constisnull)
+		return false;
+	if (pipeline->consttype == TEXTOID)
+		return strcmp(TextDatumGetCString(pipeline->constvalue), p->name) == 0;
+	return pipeline->consttype == REGCLASSOID &&
+		DatumGetObjectId(pipeline->constvalue) == p->ingest;
+}
+
+/*
+ * ShapeCheckSlotCheck refuses a queue without its check ingest_slot_open
+ * (locked already).  The check holds every row to the partition taking
+ * inserts; without it a row that gives its own ingest_slot could enter a
+ * sealed partition behind the shards' positions, and be emptied with it
+ * undrained.
+ */
+static void
+ShapeCheckSlotCheck(Pipeline *p, Oid relid)
+{
+	Relation	rel = table_open(relid, NoLock);
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	bool		found = false;
+
+	for (int i = 0; constr != NULL && i < constr->num_check && !found; i++)
+		found = !constr->check[i].ccnoinherit && ShapeIsSlotCheck(p, relid, constr->check[i].ccbin);
+	table_close(rel, NoLock);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_EXACTONCE_ALTERED),
+				 errmsg("queue \"%s.ingest\" has no check ingest_slot_open", p->name),
+				 errdetail("The check keeps rows out of a sealed partition of pipeline \"%s\"; a row that sets ingest_slot could otherwise enter one after its shards passed, and be emptied with it.",
+						   p->name),
+				 errhint("Add it again: ALTER TABLE %s.ingest ADD CONSTRAINT ingest_slot_open CHECK (exactonce.ingest_slot_check(ingest_slot, %s::text)) NOT VALID.",
+						 quote_identifier(p->name), quote_literal_cstr(p->name))));
+}
+
+/*
  * ShapeCheckTable locks a table of a pipeline and, unless it passed since
- * it last changed, checks that it is logged and the type of every column
- * exactonce touches.
+ * it last changed, checks that it is logged, the type and nullability of
+ * every column exactonce touches, and the queue's check ingest_slot_open.
  */
 static bool
 ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 {
 	ShapeTable *t;
 	bool		found;
+	char		relkind;
 
 	if (!OidIsValid(relid))
 		return true;
@@ -439,12 +548,23 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 	if (hash_search(shape_checked, &relid, HASH_FIND, NULL) != NULL)
 		return true;
 
+	/*
+	 * a view or foreign table in its place is refused as such
+	 * (CheckOwnership)
+	 */
+	relkind = get_rel_relkind(relid);
+	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
+		return true;
+
 	ShapeCheckLogged(relid, p->name);
 	t = palloc(sizeof(ShapeTable));
 	if (!ShapeOf(p, table, t))
 		elog(ERROR, "exactonce has no table \"%s\"", table);
 	for (int i = 0; i < t->n; i++)
-		ShapeCheckColumn(relid, p->name, table, t->cols[i].name, t->cols[i].type);
+		ShapeCheckColumn(relid, p->name, table, t->cols[i].name, t->cols[i].type,
+						 t->cols[i].notnull);
+	if (strcmp(table, "ingest") == 0)
+		ShapeCheckSlotCheck(p, relid);
 	pfree(t);
 	(void) hash_search(shape_checked, &relid, HASH_ENTER, &found);
 	return true;

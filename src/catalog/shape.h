@@ -28,9 +28,11 @@ extern bool ShapeCheck(Pipeline *p, uint32 tables);
 extern bool ShapeIsTable(Pipeline *p, Oid relid);
 extern void ShapeCheckLogged(Oid relid, const char *pipeline);
 extern void ShapeLockForDrop(Oid nspid);
-extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column);
+extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column,
+							bool *notnull);
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
-							 const char *column, Oid type);
+							 const char *column, Oid type, bool notnull);
+extern bool ShapeIsSlotCheck(Pipeline *p, Oid relid, const char *ccbin);
 extern Relation ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes);
 extern bool ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool unique);
 

@@ -8,9 +8,10 @@
  * type its owner changed; that holds whether or not the library is
  * preloaded.  Preloaded, the library also refuses the change itself, as
  * TimescaleDB guards its chunks: ALTER TABLE ... ALTER COLUMN ... TYPE to
- * another type than exactonce made, or DROP COLUMN, on a column of a
- * pipeline's table that the C code touches, is an error (EO005) before
- * anything is altered.  Changing a column back to its own type is allowed,
+ * another type than exactonce made, DROP COLUMN or DROP NOT NULL, on a
+ * column of a pipeline's table that the C code touches, is an error
+ * (EO005) before anything is altered, as are dropping the queue's check
+ * ingest_slot_open and detaching a partition of the queue.  Changing a column back to its own type is allowed,
  * so that a pipeline altered without the preload can be repaired with it.
  * Columns of the owner's own, and every other ALTER TABLE, go through.
  * The extension's own scripts are not checked, nor the DDL exactonce runs
@@ -78,10 +79,33 @@ typedef struct NewColumnType
 } NewColumnType;
 
 /*
+ * UtilityIsSlotCheck says whether constraint conname of table relid is the
+ * queue's check ingest_slot_open (shape.c), whatever its name now.
+ */
+static bool
+UtilityIsSlotCheck(Pipeline *p, Oid relid, const char *conname)
+{
+	Relation	rel;
+	TupleConstr *constr;
+	bool		is = false;
+
+	if (relid != get_relname_relid("ingest", get_namespace_oid(p->name, true)))
+		return false;
+	rel = table_open(relid, AccessShareLock);
+	constr = RelationGetDescr(rel)->constr;
+	for (int i = 0; constr != NULL && i < constr->num_check; i++)
+		if (strcmp(constr->check[i].ccname, conname) == 0)
+			is = ShapeIsSlotCheck(p, relid, constr->check[i].ccbin);
+	table_close(rel, AccessShareLock);
+	return is;
+}
+
+/*
  * UtilityCheckAlterTable refuses an ALTER TABLE that changes the type of a
  * column exactonce touches (its type modifier included), gives it a
- * collation that is not deterministic, or drops it, or that makes a table
- * of a pipeline unlogged.
+ * collation that is not deterministic, drops it or its NOT NULL, or that
+ * makes a table of a pipeline unlogged, drops the queue's check
+ * ingest_slot_open or detaches a partition of the queue.
  */
 static void
 UtilityCheckAlterTable(AlterTableStmt *stmt)
@@ -99,7 +123,9 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 
 		touches |= cmd->subtype == AT_AlterColumnType || cmd->subtype == AT_DropColumn ||
-			cmd->subtype == AT_SetUnLogged;
+			cmd->subtype == AT_SetUnLogged || cmd->subtype == AT_DropNotNull ||
+			cmd->subtype == AT_DropConstraint || cmd->subtype == AT_DetachPartition ||
+			cmd->subtype == AT_DetachPartitionFinalize;
 	}
 	if (!touches || stmt->objtype != OBJECT_TABLE ||
 		!OidIsValid(get_extension_oid("exactonce", true)))
@@ -134,6 +160,7 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 		AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 		NewColumnType *n = &newtypes[foreach_current_index(lc)];
 		Oid			type = InvalidOid;
+		bool		notnull = false;
 
 		if (cmd->subtype == AT_SetUnLogged && p != NULL && ShapeIsTable(p, relid))
 			ereport(ERROR,
@@ -142,12 +169,29 @@ UtilityCheckAlterTable(AlterTableStmt *stmt)
 					 errdetail("A crash empties an unlogged table and none of pipeline \"%s\"'s others: what it held would be lost or counted again.",
 							   p->name),
 					 errhint("Leave the tables exactonce made logged.")));
+		if ((cmd->subtype == AT_DetachPartition || cmd->subtype == AT_DetachPartitionFinalize) &&
+			p != NULL && ShapeIsTable(p, relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_EXACTONCE_ALTERED),
+					 errmsg("cannot detach a partition of table \"%s.%s\"", p->name, table),
+					 errdetail("The partitions of pipeline \"%s\"'s queue are where its shards read their events.",
+							   p->name),
+					 errhint("Change the shards with exactonce.set_shards(), or drop the pipeline.")));
+		if (cmd->subtype == AT_DropConstraint && p != NULL && UtilityIsSlotCheck(p, relid, cmd->name))
+			ereport(ERROR,
+					(errcode(ERRCODE_EXACTONCE_ALTERED),
+					 errmsg("cannot drop constraint \"%s\" of table \"%s.%s\"", cmd->name, p->name, table),
+					 errdetail("The check keeps rows out of a sealed partition of pipeline \"%s\", which its shards may have passed.",
+							   p->name),
+					 errhint("Leave the constraints exactonce made as they are.")));
 		if (p != NULL && cmd->name != NULL)
-			type = ShapeColumnType(p, table, cmd->name);
+			type = ShapeColumnType(p, table, cmd->name, &notnull);
 		if (!OidIsValid(type))
 			continue;
 		if (cmd->subtype == AT_DropColumn)
 			UtilityRefuse(p, table, cmd->name, type, "drop");
+		if (cmd->subtype == AT_DropNotNull && notnull)
+			UtilityRefuse(p, table, cmd->name, type, "drop NOT NULL from");
 		if (cmd->subtype != AT_AlterColumnType)
 			continue;
 		if (n->type != type || n->typmod != -1)

@@ -130,7 +130,7 @@ ReadRotation(Oid progress)
 
 	/* locked: the column keeps this type while it is read */
 	ShapeCheckColumn(progress, get_namespace_name(get_rel_namespace(progress)), "progress",
-					 "rotation", INT8OID);
+					 "rotation", INT8OID, true);
 	if (!table_scan_getnextslot(scan, ForwardScanDirection, slot))
 		elog(ERROR, "progress row of queue is missing");
 	rotation = DatumGetInt64(slot_getattr(slot, attnum, &isnull));

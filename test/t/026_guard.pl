@@ -1,5 +1,6 @@
 # Preloaded, the library refuses an owner's ALTER TABLE of the columns the
-# C code reads and writes (the type, or a drop) before anything is
+# C code reads and writes (the type, a drop, a NOT NULL dropped), of the
+# queue's check ingest_slot_open or its partitions before anything is
 # altered, with SQLSTATE EO005; changing a column back to its own type and
 # columns of the owner's own go through.  Without the preload the same
 # ALTER succeeds, and every path then refuses the altered table (EO005)
@@ -25,6 +26,9 @@ GRANT CREATE ON DATABASE postgres TO guard_owner;
 SET ROLE guard_owner;
 SELECT exactonce.create_pipeline('guarded', ARRAY['d'], measures => ARRAY['qty']);
 SELECT exactonce.create_pipeline('other', ARRAY['d']);
+SELECT exactonce.create_pipeline('nulled', ARRAY['d']);
+INSERT INTO nulled.ingest (key, version, value, d) VALUES ('k', 1, 5, 'a');
+SELECT exactonce.flush('nulled');
 });
 
 # sqlstate(sql): the SQLSTATE of a statement run as the owner, '' if none
@@ -84,6 +88,21 @@ is(sqlstate('ALTER TABLE guarded.state SET UNLOGGED'),
 is(sqlstate('ALTER TABLE guarded.ingest_0_1 SET UNLOGGED'), 'EO005', '... a partition of its queue too');
 is(sqlstate('CREATE TABLE guarded.mine (x int); ALTER TABLE guarded.mine SET UNLOGGED'),
 	'', 'a table of the owner\'s own in the schema is the owner\'s to make unlogged');
+is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value DROP NOT NULL'),
+	'EO005', 'NOT NULL dropped from a column the C code reads as never null is refused');
+is(sqlstate('ALTER TABLE guarded.ingest ALTER COLUMN key DROP NOT NULL'), 'EO005', '... in the queue too');
+is(sqlstate('ALTER TABLE guarded.aggregates ALTER COLUMN d DROP NOT NULL'),
+	'', 'a column made to allow nulls is left alone');
+is(sqlstate('ALTER TABLE guarded.ingest DROP CONSTRAINT ingest_slot_open'),
+	'EO005', 'the check that holds rows out of a sealed partition cannot be dropped');
+is(sqlstate('ALTER TABLE guarded.ingest RENAME CONSTRAINT ingest_slot_open TO renamed'),
+	'', 'it may be renamed');
+is(sqlstate('ALTER TABLE guarded.ingest DROP CONSTRAINT renamed'), 'EO005', '... and is still refused');
+is(sqlstate('ALTER TABLE guarded.ingest RENAME CONSTRAINT renamed TO ingest_slot_open'), '', '... and renamed back');
+is(sqlstate('ALTER TABLE guarded.ingest DETACH PARTITION guarded.ingest_0'),
+	'EO005', 'a partition of the queue cannot be detached');
+is(sqlstate('ALTER TABLE guarded.ingest_1 DETACH PARTITION guarded.ingest_1_0'),
+	'EO005', '... nor a shard\'s leaf');
 
 # without the preload the ALTER is made; every path refuses the table
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
@@ -95,6 +114,12 @@ $node->safe_psql($db,
 	 INSERT INTO other.ingest (key, version, value, d) VALUES ('k', 1, 1, 'a')");
 is(sqlstate("SELECT exactonce.flush('guarded')"), 'EO005', 'flush refuses the altered table');
 
+# a null where the C code reads none: until 1.30 a worker crashed on it,
+# the server restarted, and the worker crashed again
+is(sqlstate("ALTER TABLE nulled.state ALTER COLUMN value DROP NOT NULL;
+	UPDATE nulled.state SET value = NULL"), '', 'without the preload NOT NULL can be dropped and a null written');
+$node->safe_psql($db, "INSERT INTO nulled.ingest (key, version, value, d) VALUES ('k', 2, 7, 'b')");
+
 # preloaded again: the workers refuse it too, and drain the other pipeline
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "'exactonce'");
 $node->restart;
@@ -105,6 +130,15 @@ $node->poll_query_until($db,
   or die 'no worker reported the altered table';
 is($node->safe_psql($db, "SELECT applied FROM exactonce.pipelines WHERE name = 'guarded'"),
 	'0', 'no worker applied an event to the altered table');
+$node->poll_query_until($db,
+	"SELECT last_error LIKE '%\"value\" of table \"nulled.state\" allows nulls%' FROM exactonce.pipelines WHERE name = 'nulled'")
+  or die 'no worker reported the column that allows nulls';
+is(sqlstate("UPDATE nulled.state SET value = 5; ALTER TABLE nulled.state ALTER COLUMN value SET NOT NULL"),
+	'', 'the owner puts the value back and NOT NULL with it');
+$node->poll_query_until($db, "SELECT applied = 2 FROM exactonce.pipelines WHERE name = 'nulled'")
+  or die 'the repaired pipeline was not drained';
+is($node->safe_psql($db, "SELECT d, total FROM nulled.aggregates WHERE level = 1"),
+	'b|7', 'the repaired pipeline drains the new version');
 is(sqlstate('ALTER TABLE guarded.state ALTER COLUMN value TYPE numeric'),
 	'', 'the owner changes it back, preloaded');
 $node->poll_query_until($db, "SELECT applied = 1 FROM exactonce.pipelines WHERE name = 'guarded'")
