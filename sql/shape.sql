@@ -177,6 +177,33 @@ ALTER TABLE shp.ingest_1 ATTACH PARTITION shp.ingest_1_1 FOR VALUES WITH (MODULU
 INSERT INTO shp.ingest (key, version, value, d) SELECT 'b' || i, 1, 1, 'b' FROM generate_series(1, 20) i;
 SELECT exactonce.flush('shp') AS flushed;
 
+-- the primary key the state stage probes for a key's row, made again
+-- under its name as something else: partial, or on another column, it
+-- would find no row for a key that has one, and give the key a second;
+-- under a collation that is not deterministic, two keys would be one
+BEGIN;
+INSERT INTO shp.ingest (key, version, value, d) VALUES ('k1', 50, 1, 'a');
+ALTER TABLE shp.state DROP CONSTRAINT state_pkey;
+CREATE UNIQUE INDEX state_pkey ON shp.state (key) WHERE version > 100;
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+DROP INDEX shp.state_pkey;
+CREATE UNIQUE INDEX state_pkey ON shp.state (d, key);
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+DROP INDEX shp.state_pkey;
+DELETE FROM shp.state WHERE key = 'K5';
+CREATE UNIQUE INDEX state_pkey ON shp.state (key COLLATE plants.regress_ci);
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+DROP INDEX shp.state_pkey;
+CREATE INDEX state_pkey ON shp.state (key);
+SELECT pg_temp.err($$SELECT exactonce.flush('shp')$$);
+ROLLBACK;
+BEGIN;
+ALTER TABLE shpacc.seen DROP CONSTRAINT seen_pkey;
+CREATE UNIQUE INDEX seen_pkey ON shpacc.seen (key, version) WHERE digest <> 0;
+INSERT INTO shpacc.ingest (key, version, value, d) VALUES ('k1', 2, 10, 'a');
+SELECT pg_temp.err($$SELECT exactonce.flush('shpacc')$$);
+ROLLBACK;
+
 -- the queue's own partitions too: one detached, or two swapped, would have
 -- a shard read the partition still taking inserts as the sealed one
 ALTER TABLE shp.ingest DETACH PARTITION shp.ingest_0;

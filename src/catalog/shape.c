@@ -692,8 +692,9 @@ ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes)
 
 /*
  * ShapeIndexIs tells whether index, open, is a plain B-tree of table relid
- * on exactly the columns attnums, in order (and unique, if asked): one a
- * stage that writes the table directly can keep and search.
+ * on exactly the columns attnums, in order, under deterministic collations
+ * (and unique, if asked): one a stage that writes the table directly can
+ * keep and search.
  */
 bool
 ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool unique)
@@ -705,7 +706,9 @@ ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool u
 		RelationGetIndexExpressions(index) != NIL || RelationGetIndexPredicate(index) != NIL)
 		return false;
 	for (int i = 0; i < n; i++)
-		if (form->indkey.values[i] != attnums[i])
+		if (form->indkey.values[i] != attnums[i] ||
+			(OidIsValid(index->rd_indcollation[i]) &&
+			 !get_collation_isdeterministic(index->rd_indcollation[i])))
 			return false;
 	return true;
 }

@@ -1039,6 +1039,32 @@ OpenCellIndex(StateWork *w)
 }
 
 /*
+ * CheckKeyIndex insists that index, which the stage probes for a key's row
+ * and whose uniqueness keeps a key (or a key's version, in seen) to one
+ * row, is the primary key create_pipeline made: a unique B-tree on key
+ * (and version), without expressions or predicate.  A partial one, or one
+ * on another column under the same name, would find no row for a key that
+ * has one, and the key would get a second row, counted twice.
+ */
+static void
+CheckKeyIndex(Pipeline *p, Relation rel, Relation index, int ncolumns)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	attnums[2] = {ColumnOf(desc, "key"), ncolumns > 1 ? ColumnOf(desc, "version") : 0};
+
+	if (!ShapeIndexIs(index, RelationGetRelid(rel), attnums, ncolumns, true))
+		ereport(ERROR,
+				(errcode(ERRCODE_EXACTONCE_ALTERED),
+				 errmsg("index \"%s.%s\" is not the primary key exactonce made", p->name,
+						RelationGetRelationName(index)),
+				 errdetail("The pipeline finds a key's row in table %s through it, as a unique B-tree on %s.",
+						   RelationGetRelationName(rel), ncolumns > 1 ? "(key, version)" : "key"),
+				 errhint("Drop it and make it again: ALTER TABLE %s.%s ADD CONSTRAINT %s PRIMARY KEY (%s).",
+						 quote_identifier(p->name), RelationGetRelationName(rel),
+						 RelationGetRelationName(index), ncolumns > 1 ? "key, version" : "key")));
+}
+
+/*
  * OpenProbes opens the state (and seen) relations for index probes.
  */
 static void
@@ -1052,6 +1078,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 							 p->mode == PIPELINE_LATEST ? 5 + p->ndims + p->nmeasures + p->ndistinct : 7,
 							 OidIsValid(p->state_cell) ? 2 : 1);
 	w->index = index_open(p->state_pkey, RowExclusiveLock);
+	CheckKeyIndex(p, w->rel, w->index, 1);
 	w->index_info = BuildIndexInfo(w->index);
 	w->probe = KeyProbeBegin(w->rel, w->index, snap);
 	w->scan = index_beginscan(w->rel, w->index, snap, 1, 0);
@@ -1074,6 +1101,7 @@ OpenProbes(StateWork *w, Snapshot snap)
 		w->col_last = ColumnOf(desc, "last_event_time");
 		w->seen_rel = ShapeOpenDirect(p->seen, ACL_SELECT | ACL_INSERT, 3, 1);
 		w->seen_index = index_open(p->seen_pkey, RowExclusiveLock);
+		CheckKeyIndex(p, w->seen_rel, w->seen_index, 2);
 		w->seen_index_info = BuildIndexInfo(w->seen_index);
 		w->seen_scan = index_beginscan(w->seen_rel, w->seen_index, snap, 2, 0);
 		w->seen_slot = table_slot_create(w->seen_rel, NULL);
