@@ -19,7 +19,11 @@
  * (ForwardIngestLink: the same checks, the same connection, the
  * pipeline's owner, the producer's transaction).  The node's COPY parses
  * the fields, as it would if fed directly, and refuses a bad one with its
- * error.
+ * error.  A line of the default text format without a backslash (no
+ * escape, no null) is its fields joined by tabs already: it goes as it was
+ * read, converted to the server's encoding (the line COPY keeps in its
+ * state, copyfrom_internal.h), and only other lines are written anew from
+ * their fields.
  *
  * It takes the path only where it changes nothing else: text or CSV, every
  * column of ingest given (no default to compute at the coordinator), no
@@ -37,6 +41,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/copy.h"
+#include "commands/copyfrom_internal.h"
 #include "commands/defrem.h"
 #include "commands/progress.h"
 #include "executor/executor.h"
@@ -207,6 +212,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 	int			keyfield = -1;
 	int64		processed = 0;
 	int32		header = 0;		/* the key's varlena header, set per line */
+	bool		plain_text;
 	ListCell   *lc;
 
 	if (!exactonce_route_copy || !CopyOptionsPlain(stmt->options) || (rel = UtilityCopyTarget(stmt)) == NULL)
@@ -258,6 +264,8 @@ RouteCopy(CopyStmt *stmt, const char *query)
 	errcallback.arg = (void *) cstate;
 	errcallback.previous = error_context_stack;
 	error_context_stack = &errcallback;
+	plain_text = !cstate->opts.csv_mode && cstate->opts.delim[0] == '\t' &&
+		strcmp(cstate->opts.null_print, "\\N") == 0;
 
 	while (NextCopyFromRawFields(cstate, &fields, &nfields))
 	{
@@ -313,12 +321,15 @@ RouteCopy(CopyStmt *stmt, const char *query)
 
 		/* the line, as text, to the COPY open on the node */
 		link = links[part];
-		for (int i = 0; i < nfields; i++)
-		{
-			if (i > 0)
-				appendStringInfoChar(&link->buf, '\t');
-			AppendText(&link->buf, fields[i]);
-		}
+		if (plain_text && memchr(cstate->line_buf.data, '\\', cstate->line_buf.len) == NULL)
+			appendBinaryStringInfo(&link->buf, cstate->line_buf.data, cstate->line_buf.len);
+		else
+			for (int i = 0; i < nfields; i++)
+			{
+				if (i > 0)
+					appendStringInfoChar(&link->buf, '\t');
+				AppendText(&link->buf, fields[i]);
+			}
 		appendStringInfoChar(&link->buf, '\n');
 		if (link->buf.len >= LINK_CHUNK)
 			LinkPut(link);

@@ -14,7 +14,9 @@
 #   3. straight into the two nodes, each getting the keys of its hash
 #      partition, two COPYs at once;
 # each with the workers draining as the events arrive, timed from the start
-# of the COPY to every event applied; then
+# of the COPY to every event applied, on a fresh pipeline: 1, 2 and 3 after
+# a warm-up run of each, in ROUNDS rounds (default 3), and their medians;
+# then
 #   4. a quarter of the keys, (4, 1), moved from node2 to node1 with
 #      exactonce.move_keys(), timed;
 #   5. a sixteenth of them, (16, 0), moved from node1 to node2 while two
@@ -30,6 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 EVENTS=${1:-500000}
+ROUNDS=${ROUNDS:-3}
 BASE=/tmp/exactonce-dist
 PORT0=55480
 DIMS="ARRAY['risk_type', 'region', 'trade_desk']"
@@ -108,23 +111,68 @@ truth_diff_sql() {	# the cells of AGG that differ from the truth, both ways
 
 echo "== $EVENTS events, $(nproc) cores, 4 clusters on this machine"
 
-# 1. one node
-S=("$BASE/single" $((PORT0 + 3)))
-t0=$(now)
-psql_on "${S[@]}" -c "COPY trades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events.copy'"
-NODES=("${S[@]}"); drained trades
-t1=$(now)
-psql_on "${S[@]}" -c "CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)" \
+psql_on "$BASE/single" $((PORT0 + 3)) -c "CREATE TABLE truth (risk_type text, region text, trade_desk text, level integer, total numeric, keys bigint)" \
 	-c "COPY truth FROM '$BASE/truth.copy'"
-report "1. one node: COPY into its queue, drained" "$t0" "$t1" "$(psql_on "${S[@]}" -c "$(truth_diff_sql trades.aggregates)")" single
-
-# 2. through the coordinator
+S=("$BASE/single" $((PORT0 + 3)))
 N1=("$BASE/node1" $((PORT0 + 1))); N2=("$BASE/node2" $((PORT0 + 2)))
-t0=$(now)
-psql_on "${C[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events.copy'"
-NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
-t1=$(now)
-report "2. two nodes, through the coordinator, COPY" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" coordinator
+COPY_COLS="(key, version, value, risk_type, region, trade_desk, deleted, event_time)"
+
+# fresh pipelines for each run, so that none drains onto what another left
+recreate() {
+	psql_on "${C[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('dtrades', force => true)" \
+		-c "SELECT exactonce.create_distributed_pipeline('dtrades', $DIMS, ARRAY['node1', 'node2']::name[])" >/dev/null
+}
+recreate_single() {
+	psql_on "${S[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('trades', force => true)" \
+		-c "SELECT exactonce.create_pipeline('trades', $DIMS)" >/dev/null
+}
+
+# steps 1-3, each on a fresh pipeline, timed from the start of the COPY to
+# every event applied
+run_single() {
+	recreate_single
+	t0=$(now)
+	psql_on "${S[@]}" -c "COPY trades.ingest $COPY_COLS FROM '$BASE/events.copy'"
+	NODES=("${S[@]}"); drained trades
+	t1=$(now)
+	report "1. one node: COPY into its queue, drained$1" "$t0" "$t1" "$(psql_on "${S[@]}" -c "$(truth_diff_sql trades.aggregates)")" single
+}
+run_coordinator() {
+	recreate
+	t0=$(now)
+	psql_on "${C[@]}" -c "COPY dtrades.ingest $COPY_COLS FROM '$BASE/events.copy'"
+	NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
+	t1=$(now)
+	report "2. two nodes, through the coordinator, COPY$1" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" coordinator
+}
+run_direct() {
+	recreate
+	t0=$(now)
+	psql_on "${N1[@]}" -c "COPY dtrades.ingest $COPY_COLS FROM '$BASE/events0.copy'" &
+	psql_on "${N2[@]}" -c "COPY dtrades.ingest $COPY_COLS FROM '$BASE/events1.copy'"
+	wait
+	NODES=("${N1[@]}" "${N2[@]}"); drained dtrades
+	t1=$(now)
+	report "3. two nodes, each sent its keys directly$1" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" direct
+}
+median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# A warm-up of each path, not counted: the first run on a fresh cluster
+# faults in its shared buffers and caches, which took the first COPY
+# through the coordinator to 0.41x of the direct feed where the same run,
+# warm, gave 0.83x.  Then ROUNDS rounds in turn, and their medians.
+run_single " (warm-up)"; run_coordinator " (warm-up)"; run_direct " (warm-up)"
+all_single="" all_coordinator="" all_direct=""
+for r in $(seq "$ROUNDS"); do
+	run_single ", round $r"; all_single="$all_single $RATE_single"
+	run_coordinator ", round $r"; all_coordinator="$all_coordinator $RATE_coordinator"
+	run_direct ", round $r"; all_direct="$all_direct $RATE_direct"
+done
+RATE_single=$(echo $all_single | median)
+RATE_coordinator=$(echo $all_coordinator | median)
+RATE_direct=$(echo $all_direct | median)
+printf '%-58s %10s events/s\n' "1. one node, median" "$RATE_single" "2. through the coordinator, median" "$RATE_coordinator" \
+	"3. directly, median" "$RATE_direct"
 
 # 2c. what the coordinator's backend spends on that COPY: routed by key
 # (exactonce.route_copy, the default) and parsed there, into paused nodes
@@ -146,12 +194,6 @@ SQL
 		"$(awk -v a="$m0" -v b="$m1" -v hz="$(getconf CLK_TCK)" -v n="$EVENTS" 'BEGIN { printf "%.2f", (b - a) / hz / n * 1e6 }')"
 done
 
-# fresh pipelines on the nodes for the next run
-recreate() {
-	psql_on "${C[@]}" -c "SET client_min_messages = warning" -c "SELECT exactonce.drop_pipeline('dtrades', force => true)" \
-		-c "SELECT exactonce.create_distributed_pipeline('dtrades', $DIMS, ARRAY['node1', 'node2']::name[])" >/dev/null
-}
-
 # 2b. through the coordinator with INSERT ... SELECT
 recreate
 t0=$(now)
@@ -160,17 +202,7 @@ drained dtrades
 t1=$(now)
 report "2b. two nodes, through the coordinator, INSERT ... SELECT" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" batched
 
-# 3. straight into the nodes, by key
-recreate
-t0=$(now)
-psql_on "${N1[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events0.copy'" &
-psql_on "${N2[@]}" -c "COPY dtrades.ingest (key, version, value, risk_type, region, trade_desk, deleted, event_time) FROM '$BASE/events1.copy'"
-wait
-drained dtrades
-t1=$(now)
-report "3. two nodes, each sent its keys directly" "$t0" "$t1" "$(psql_on "${C[@]}" -c "$(truth_diff_sql dtrades.aggregates)")" direct
-
-# 4. a quarter of the keys moved from node2 to node1
+# 4. a quarter (of what 2b left) of the keys moved from node2 to node1
 t0=$(now)
 moved=$(psql_on "${C[@]}" -c "SELECT exactonce.move_keys('dtrades', 4, 1, 'node1')")
 t1=$(now)
