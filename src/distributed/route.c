@@ -20,10 +20,10 @@
  * pipeline's owner, the producer's transaction).  The node's COPY parses
  * the fields, as it would if fed directly, and refuses a bad one with its
  * error.  A line of the default text format without a backslash (no
- * escape, no null) is its fields joined by tabs already: it goes as it was
- * read, converted to the server's encoding (the line COPY keeps in its
- * state, copyfrom_internal.h), and only other lines are written anew from
- * their fields.
+ * escape, no null) or a zero byte is its fields joined by tabs already: it
+ * goes as it was read, converted to the server's encoding (the line COPY
+ * keeps in its state, copyfrom_internal.h); only other lines are written
+ * anew from their fields.
  *
  * It takes the path only where it changes nothing else: text or CSV, every
  * column of ingest given (no default to compute at the coordinator), no
@@ -321,7 +321,7 @@ RouteCopy(CopyStmt *stmt, const char *query)
 
 		/* the line, as text, to the COPY open on the node */
 		link = links[part];
-		if (plain_text && memchr(cstate->line_buf.data, '\\', cstate->line_buf.len) == NULL)
+		if (plain_text && strcspn(cstate->line_buf.data, "\\") == (size_t) cstate->line_buf.len)
 			appendBinaryStringInfo(&link->buf, cstate->line_buf.data, cstate->line_buf.len);
 		else
 			for (int i = 0; i < nfields; i++)
