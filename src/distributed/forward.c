@@ -426,21 +426,27 @@ FetchField(Fetch *sc, int i, const char *msg, int len, int *pos, bool *isnull, S
 	Datum		value;
 
 	if (*pos + 4 > len)
-		elog(ERROR, "a row from server \"%s\" ends early", sc->remote.server);
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("a row from server \"%s\" ends early", sc->remote.server)));
 	memcpy(&flen, msg + *pos, 4);
 	flen = pg_ntoh32(flen);
 	*pos += 4;
 	*isnull = flen < 0;
 	if (*isnull)
 		return ReceiveFunctionCall(&sc->recv[i], NULL, sc->ioparams[i], sc->typmods[i]);
-	if (*pos + flen > len)
-		elog(ERROR, "a row from server \"%s\" ends early", sc->remote.server);
+	if (flen > len - *pos)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("a row from server \"%s\" ends early", sc->remote.server)));
 	resetStringInfo(field);
 	appendBinaryStringInfo(field, msg + *pos, flen);
 	*pos += flen;
 	value = ReceiveFunctionCall(&sc->recv[i], field, sc->ioparams[i], sc->typmods[i]);
 	if (field->cursor != field->len)
-		elog(ERROR, "a value from server \"%s\" is not in the format of its column", sc->remote.server);
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("a value from server \"%s\" is not in the format of its column", sc->remote.server)));
 	return value;
 }
 
@@ -488,9 +494,17 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 			int32		ext;
 
 			if (len < 19 || memcmp(msg, signature, sizeof(signature)) != 0)
-				elog(ERROR, "server \"%s\" sent no binary COPY", link->servername);
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_ERROR),
+						 errmsg("server \"%s\" sent no binary COPY", link->servername)));
 			memcpy(&ext, msg + 15, 4);
-			pos = 19 + pg_ntoh32(ext);
+			ext = pg_ntoh32(ext);
+			/* a server the owner points anywhere may send anything */
+			if (ext < 0 || ext > len - 19)
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_ERROR),
+						 errmsg("server \"%s\" sent a binary COPY header longer than its message", link->servername)));
+			pos = 19 + ext;
 			header = true;
 		}
 		while (pos + 2 <= len && !done)
@@ -507,7 +521,9 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 				break;
 			}
 			if (n != desc->natts)
-				elog(ERROR, "server \"%s\" sent rows of %d columns for %d", link->servername, n, desc->natts);
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_ERROR),
+						 errmsg("server \"%s\" sent rows of %d columns for %d", link->servername, n, desc->natts)));
 			old = MemoryContextSwitchTo(sc->rowcxt);
 			for (int i = 0; i < desc->natts; i++)
 				values[i] = FetchField(sc, i, msg, len, &pos, &nulls[i], &field);

@@ -1010,6 +1010,18 @@ MoveRun(Move *mv, int node, const char *sql, int nparams, const char **params)
 }
 
 /*
+ * MoveAsk runs a question on a node of a move: true only where it answers
+ * true (a node the owner points anywhere may answer nothing at all).
+ */
+static bool
+MoveAsk(Move *mv, int node, const char *sql, int nparams, const char **params)
+{
+	char	   *value = MoveRun(mv, node, sql, nparams, params);
+
+	return value != NULL && strcmp(value, "t") == 0;
+}
+
+/*
  * MovesOf names the record of a node's moves that the role of its user
  * mapping may read: the view exactonce.key_moves, its own pipelines' (1.7
  * on), or the table exactonce.key_move on a node before it.
@@ -1017,9 +1029,8 @@ MoveRun(Move *mv, int node, const char *sql, int nparams, const char **params)
 static const char *
 MovesOf(Move *mv, int node)
 {
-	char	   *view = MoveRun(mv, node, "SELECT pg_catalog.to_regclass('exactonce.key_moves') IS NOT NULL", 0, NULL);
-
-	return view != NULL && strcmp(view, "t") == 0 ? "exactonce.key_moves" : "exactonce.key_move";
+	return MoveAsk(mv, node, "SELECT pg_catalog.to_regclass('exactonce.key_moves') IS NOT NULL", 0, NULL) ?
+		"exactonce.key_moves" : "exactonce.key_move";
 }
 
 /*
@@ -1135,11 +1146,9 @@ MoveParked(Move *mv)
 	const char *s = quote_identifier(mv->name);
 	const char *park = quote_identifier(ParkName(mv->modulus, mv->remainder));
 	const char *params[1];
-	char	   *exists;
 
 	params[0] = psprintf("%s.%s", s, park);
-	exists = MoveRun(mv, 0, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, params);
-	if (exists == NULL || strcmp(exists, "t") != 0)
+	if (!MoveAsk(mv, 0, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", 1, params))
 		return;
 	MoveRun(mv, 0, "BEGIN", 0, NULL);
 	MoveRun(mv, 0, psprintf("LOCK TABLE %s.%s IN EXCLUSIVE MODE", s, park), 0, NULL);
@@ -1169,14 +1178,14 @@ MoveSettle(Move *mv)
 		char	   *settled;
 
 		/* one round trip each: the switch holds the producers */
-		if (MoveRun(mv, i, i == 0 ?
-					"SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL" :
-					"SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL"
-					" AND EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid OPERATOR(pg_catalog.=)"
-					" pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) OPERATOR(pg_catalog.||) '.ingest')"
-					" AND tgname OPERATOR(pg_catalog.=)"
-					" pg_catalog.format('exactonce_moved_%s_%s', $2::pg_catalog.text, $3::pg_catalog.text))",
-					i == 0 ? 0 : 3, params)[0] != 't')
+		if (!MoveAsk(mv, i, i == 0 ?
+					 "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL" :
+					 "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_settle(text, integer, integer)') IS NOT NULL"
+					 " AND EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid OPERATOR(pg_catalog.=)"
+					 " pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) OPERATOR(pg_catalog.||) '.ingest')"
+					 " AND tgname OPERATOR(pg_catalog.=)"
+					 " pg_catalog.format('exactonce_moved_%s_%s', $2::pg_catalog.text, $3::pg_catalog.text))",
+					 i == 0 ? 0 : 3, params))
 			continue;
 		settled = MoveRun(mv, i, "SELECT exactonce.move_keys_settle($1, $2::integer, $3::integer)", 3, params);
 		if (settled == NULL || strcmp(settled, "t") != 0)
@@ -1218,8 +1227,8 @@ MoveNodes(Move *mv, bool new_node)
 				" pg_catalog.set_config('intervalstyle', 'postgres', false),"
 				" pg_catalog.set_config('extra_float_digits', '3', false)", 0, NULL);
 	}
-	if (MoveRun(mv, 0, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_park(text, integer, integer, text)') IS NULL",
-				0, NULL)[0] == 't')
+	if (!MoveAsk(mv, 0, "SELECT pg_catalog.to_regprocedure('exactonce.move_keys_park(text, integer, integer, text)') IS NOT NULL",
+				 0, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("server \"%s\" has a version of exactonce before 1.13, which moves keys only while the coordinator's producers wait",
@@ -1286,6 +1295,13 @@ MoveNodes(Move *mv, bool new_node)
 		params[5 + i] = NodeValue(res, i);
 	keys = NodeValue(res, 4);
 	PQclear(res);
+	if (keys == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_ERROR),
+				 errmsg("server \"%s\" took out no keys (%d, %d) of pipeline \"%s\"", mv->servers[0], mv->modulus,
+						mv->remainder, mv->name),
+				 errdetail("exactonce.move_keys_out() there returned no count of the keys it took out."),
+				 errhint("Point the server at the database of the pipeline's node, with exactonce installed.")));
 	MoveRun(mv, 1, "SELECT exactonce.move_keys_in($1, $2::integer, $3::integer, $4, $5, $6, $7, $8, $9::bigint)",
 			9, params);
 

@@ -19,6 +19,9 @@
 # 3. move_keys_in() takes from a peer only what the node's own ingest would
 #    take: no NaN or infinite value, measure or total, no key outside the
 #    range moved, no row without key or version.
+# 4. A node pointed at a database of the owner's that answers a move of
+#    keys with nothing (no count of the keys taken out): the move is
+#    refused and the coordinator carries on.
 
 use strict;
 use warnings;
@@ -329,5 +332,41 @@ is(move_in('m', state_row(qq{"$in"}, '1.5', '2'), undef, qq{{"key": "$in", "vers
 	'no error', 'a sound state row comes in, with a dead letter that keeps its NaN');
 is($node->safe_psql($db, 'SELECT (SELECT value FROM m.state), (SELECT total FROM m.aggregates WHERE level = 0)'),
 	'1.5|1.5', 'and counts in the cells');
+
+# 4. a node the owner points at a database of its own, which answers a
+# move with nothing at all: the move is refused, the coordinator carries on
+# (with 1.30, the coordinator's backend crashed on the missing count, and the
+# server restarted)
+$node->safe_psql($db, 'CREATE DATABASE hollow OWNER node_role');
+as('bob', "SELECT exactonce.create_distributed_pipeline('mv', ARRAY['d'], ARRAY['bnode', 'bother']::name[])");
+as('bob', "INSERT INTO mv.ingest (key, version, value, d) SELECT 'k' || i, 1, i, 'x' FROM generate_series(1, 20) i");
+$coord->safe_psql($db, "SELECT exactonce.flush('mv')");
+$node->safe_psql(
+	'hollow', q{
+SET ROLE node_role;
+CREATE SCHEMA exactonce;
+CREATE FUNCTION exactonce.move_keys_park(text, integer, integer, text) RETURNS void LANGUAGE sql AS '';
+CREATE VIEW exactonce.key_moves AS
+	SELECT NULL::name AS pipeline, 0 AS modulus, 0 AS remainder, ''::text AS direction, ''::text AS peer,
+		now() AS moved_at WHERE false;
+CREATE FUNCTION exactonce.flush(text) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+CREATE FUNCTION exactonce.move_keys_out(text, integer, integer, text, text, OUT state text, OUT seen text,
+	OUT dead_letters text, OUT horizon bigint, OUT keys bigint)
+	LANGUAGE sql AS 'SELECT NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::bigint';
+CREATE SCHEMA mv;
+CREATE TABLE mv.progress (paused boolean);
+INSERT INTO mv.progress VALUES (true);
+CREATE TABLE mv.moving_2_0 (key text, version bigint, value numeric, d text, deleted boolean,
+	event_time timestamptz);
+});
+as('bob', "ALTER SERVER bnode OPTIONS (SET dbname 'hollow')");
+like(failure($coord, "SELECT exactonce.move_keys('mv', 2, 0, 'bother')", 'bob'),
+	qr/^HV000: the move of keys \(2, 0\) of distributed pipeline "mv" is cut off half way: server "bnode" took out no keys \(2, 0\) of pipeline "mv"/,
+	'a move from a node that answers with no count of its keys is refused (the node cannot undo its part)');
+is($other->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'the other node prepared nothing');
+is($coord->safe_psql($db, 'SELECT 1'), '1', 'and the coordinator carries on');
+unlike(slurp_file($coord->logfile), qr/terminated by signal/, 'no process of the coordinator crashed');
+as('bob', "ALTER SERVER bnode OPTIONS (SET dbname 'postgres')");
+is(as('bob', "SELECT sum(keys) FROM mv.aggregates WHERE level = 0"), '20', 'the pipeline keeps its keys');
 
 done_testing();
