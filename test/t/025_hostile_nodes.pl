@@ -22,6 +22,9 @@
 # 4. A node pointed at a database of the owner's that answers a move of
 #    keys with nothing (no count of the keys taken out): the move is
 #    refused and the coordinator carries on.
+# 5. A server pointed at a process that speaks the protocol and sends a
+#    binary COPY whose header claims more than the message holds: the read
+#    is refused and the coordinator carries on.
 
 use strict;
 use warnings;
@@ -29,6 +32,8 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::UNIX;
+use POSIX ();
 use ExactonceTest;
 
 my $db = 'postgres';
@@ -368,5 +373,97 @@ is($coord->safe_psql($db, 'SELECT 1'), '1', 'and the coordinator carries on');
 unlike(slurp_file($coord->logfile), qr/terminated by signal/, 'no process of the coordinator crashed');
 as('bob', "ALTER SERVER bnode OPTIONS (SET dbname 'postgres')");
 is(as('bob', "SELECT sum(keys) FROM mv.aggregates WHERE level = 0"), '20', 'the pipeline keeps its keys');
+
+# 5. a server pointed at a process that speaks PostgreSQL's protocol and
+# sends the coordinator's reads a binary COPY whose header claims 2 GB
+# more: refused, the coordinator carries on (with 1.30 its backend read
+# before its message, crashed, and the server restarted)
+my $fake_dir = PostgreSQL::Test::Utils::tempdir_short();
+my $fake_port = 54999;
+my $listener = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => "$fake_dir/.s.PGSQL.$fake_port", Listen => 5)
+  or die "listen: $!";
+# the child lets go of the harness's output and leaves by POSIX::_exit, so
+# that the harness's END blocks run only here, and this one kills it
+my $fake = fork // die "fork: $!";
+if ($fake == 0)
+{
+	open(STDOUT, '>', '/dev/null');
+	open(STDERR, '>', '/dev/null');
+	alarm(600);
+	while (my $c = $listener->accept)
+	{
+		fake_node($c);
+		close $c;
+	}
+	POSIX::_exit(0);
+}
+END { kill 'KILL', $fake if $fake; }
+close $listener;
+
+# fake_node(socket): one connection, answered as a node would, but for
+# the header of every binary COPY out
+sub fake_node
+{
+	my ($c) = @_;
+	my $read = sub { my ($n) = @_; my $b = ''; while (length($b) < $n) { my $r = sysread($c, $b, $n - length($b), length($b)); return undef unless $r; } return $b; };
+	my $send = sub { my ($t, $body) = @_; syswrite($c, $t . pack('N', 4 + length($body)) . $body); };
+	my $len = unpack('N', $read->(4) // return);
+	$read->($len - 4) // return;    # the startup message
+	$send->('R', pack('N', 3));     # a password, in clear text
+	my $type = $read->(1) // return;
+	$read->(unpack('N', $read->(4)) - 4);
+	$send->('R', pack('N', 0));
+	$send->('S', "$_->[0]\0$_->[1]\0")
+	  for ([ 'server_version', '15.0' ], [ 'client_encoding', 'UTF8' ], [ 'server_encoding', 'UTF8' ],
+		[ 'standard_conforming_strings', 'on' ], [ 'integer_datetimes', 'on' ], [ 'DateStyle', 'ISO, MDY' ]);
+	$send->('K', pack('NN', $$, 1));
+	$send->('Z', 'I');
+	while (defined($type = $read->(1)))
+	{
+		my $body = $read->(unpack('N', $read->(4)) - 4) // return;
+		return if $type eq 'X';
+		if ($type eq 'Q')
+		{
+			(my $sql = $body) =~ s/\0$//;
+			for my $stmt (grep { /\S/ } split /;\s*/, $sql)
+			{
+				if ($stmt =~ /^COPY .* TO STDOUT/s)
+				{
+					$send->('H', pack('Cn', 1, 0));
+					$send->('d', "PGCOPY\n\377\r\n\0" . pack('NN', 0, 0x80000000) . pack('n', 1));
+					$send->('c', '');
+					$send->('C', "COPY 0\0");
+				}
+				else
+				{
+					my ($tag) = $stmt =~ /^(START TRANSACTION|\w+)/;
+					$send->('C', uc($tag) . "\0");
+				}
+			}
+			$send->('Z', 'T');
+		}
+		elsif ($type eq 'P') { $send->('1', ''); }
+		elsif ($type eq 'B') { $send->('2', ''); }
+		elsif ($type eq 'D') { $send->('n', ''); }
+		elsif ($type eq 'E') { $send->('C', "SELECT 0\0"); }
+		elsif ($type eq 'S') { $send->('Z', 'T'); }
+	}
+	return;
+}
+
+as('bob', qq{
+CREATE SERVER bfake FOREIGN DATA WRAPPER postgres_fdw OPTIONS ($server, dbname '$db');
+CREATE USER MAPPING FOR bob SERVER bfake OPTIONS (user 'node_role', password 'node-secret');
+SELECT exactonce.create_distributed_pipeline('fk', ARRAY['d'], ARRAY['bfake']::name[]);
+ALTER SERVER bfake OPTIONS (SET host '$fake_dir', SET port '$fake_port');
+});
+like(failure($coord, 'SELECT * FROM fk.aggregates', 'bob'),
+	qr/^HV000: server "bfake" sent a binary COPY header longer than its message/,
+	'a binary COPY whose header claims more than it sends is refused');
+is($coord->safe_psql($db, 'SELECT 1'), '1', 'and the coordinator carries on');
+kill 'KILL', $fake;
+waitpid($fake, 0);
+$fake = undef;
+unlike(slurp_file($coord->logfile), qr/terminated by signal/, 'no process of the coordinator crashed');
 
 done_testing();
