@@ -10,16 +10,24 @@
  * its length) that the table hashes and compares, so no text comparison or
  * collation is involved.
  *
+ * A staged batch comes back from the ledger, a table of the pipeline's
+ * owner, who may write any row there: CellStagedArray and
+ * CellStagedNumbers refuse one that map did not stage before reduce reads
+ * any of it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
-#include "port/pg_bitutils.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/numeric.h"
 
 #include "catalog/statement.h"
 #include "engine/cell.h"
@@ -506,4 +514,64 @@ CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows, Datum **elems, boo
 	if (n != nrows * ncols)
 		elog(ERROR, "staged batch is malformed: %d values where %d x %d were expected",
 			 n, nrows, ncols);
+}
+
+/*
+ * CellStagedMalformed refuses a staged batch (row tup of LedgerLockStaged) that
+ * map did not stage: the workers log it and go on with other pipelines, the
+ * events wait in the queue, until the row is deleted.
+ */
+void
+CellStagedMalformed(Pipeline *p, HeapTuple tup, TupleDesc desc, const char *what)
+{
+	bool		isnull;
+	char	   *token = DatumGetCString(DirectFunctionCall1(byteaout, SPI_getbinval(tup, desc, 1, &isnull)));
+
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("staged batch %s of pipeline \"%s\" is malformed: %s", token, p->name, what),
+			 errdetail("A batch that map stages has every payload column, as many values in each as it has cells, and no NaN."),
+			 errhint("A row the pipeline did not stage can be deleted: DELETE FROM %s.ledger WHERE token = '%s'.",
+					 quote_identifier(p->name), token)));
+}
+
+/*
+ * CellStagedArray returns column col of a staged batch's row, an array of
+ * elemtype, taken apart (nulls NULL: none may be null), and how many
+ * values it has, which must be want unless want is -1.
+ */
+int
+CellStagedArray(Pipeline *p, HeapTuple tup, TupleDesc desc, int col, Oid elemtype, int want,
+				Datum **elems, bool **nulls)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			n;
+
+	if (isnull)
+		CellStagedMalformed(p, tup, desc, psprintf("column %s is null", SPI_fname(desc, col)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(DatumGetArrayTypeP(d), elemtype, typlen, typbyval, typalign, elems, nulls, &n);
+	if (want >= 0 && n != want)
+		CellStagedMalformed(p, tup, desc, psprintf("column %s has %d values where %d were expected",
+												   SPI_fname(desc, col), n, want));
+	return n;
+}
+
+/*
+ * CellStagedNumbers refuses a staged batch whose numerics (n of them,
+ * nulls NULL where none is) hold a NaN or an infinity, which no event
+ * brings: ingest dead-letters those.
+ */
+void
+CellStagedNumbers(Pipeline *p, HeapTuple tup, TupleDesc desc, int col, Datum *values, bool *nulls, int n)
+{
+	for (int i = 0; i < n; i++)
+		if ((nulls == NULL || !nulls[i]) &&
+			(numeric_is_nan(DatumGetNumeric(values[i])) || numeric_is_inf(DatumGetNumeric(values[i]))))
+			CellStagedMalformed(p, tup, desc, psprintf("column %s holds %s", SPI_fname(desc, col),
+													   numeric_is_nan(DatumGetNumeric(values[i])) ? "NaN" : "an infinity"));
 }

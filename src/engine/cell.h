@@ -8,6 +8,8 @@
 #ifndef EXACTONCE_CELL_H
 #define EXACTONCE_CELL_H
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "utils/hsearch.h"
 
 #include "exactonce.h"
@@ -112,5 +114,12 @@ extern void CellExtMerge(CellExtList *into, const CellExtList *from, bool greate
 extern Datum CellFlatten(Datum *cols, int ncols, int nrows, Oid elemtype);
 extern void CellUnflatten(Datum flat, Oid elemtype, int ncols, int nrows,
 						  Datum **elems, bool **nulls);
+
+extern void CellStagedMalformed(Pipeline *p, HeapTuple tup, TupleDesc desc,
+								const char *what) pg_attribute_noreturn();
+extern int	CellStagedArray(Pipeline *p, HeapTuple tup, TupleDesc desc, int col,
+							Oid elemtype, int want, Datum **elems, bool **nulls);
+extern void CellStagedNumbers(Pipeline *p, HeapTuple tup, TupleDesc desc, int col,
+							  Datum *values, bool *nulls, int n);
 
 #endif							/* EXACTONCE_CELL_H */

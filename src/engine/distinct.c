@@ -174,29 +174,30 @@ DistinctMergeStaged(Pipeline *p, HeapTuple tup, TupleDesc desc, int first, HTAB 
 			   *counts;
 	bool	   *cellnulls,
 			   *valuenulls;
-	int			n,
-				ncols,
-				ncounts;
-	Datum		d = SPI_getbinval(tup, desc, first, &isnull);
+	int			n;
 
+	(void) SPI_getbinval(tup, desc, first, &isnull);
 	if (isnull)
 		return;
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 1, &isnull)),
-					  INT4OID, 4, true, TYPALIGN_INT, &colv, NULL, &ncols);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 2, &isnull)),
-					  TEXTOID, -1, false, TYPALIGN_INT, &values, &valuenulls, &n);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 3, &isnull)),
-					  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &counts, NULL, &ncounts);
-	if (ncols != n || ncounts != n)
-		elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
-	CellUnflatten(d, TEXTOID, p->ndims, n, &cellv, &cellnulls);
+	/* the owner's table, as for the cells (reduce.c) */
+	n = CellStagedArray(p, tup, desc, first + 2, TEXTOID, -1, &values, &valuenulls);
+	CellStagedArray(p, tup, desc, first + 1, INT4OID, n, &colv, NULL);
+	CellStagedArray(p, tup, desc, first + 3, INT8OID, n, &counts, NULL);
+	CellStagedArray(p, tup, desc, first, TEXTOID, n * p->ndims, &cellv, &cellnulls);
 	for (int i = 0; i < n; i++)
 	{
 		int			col = DatumGetInt32(colv[i]);
 
 		CHECK_FOR_INTERRUPTS();
-		if (col < 0 || col >= p->ndistinct || valuenulls[i])
-			elog(ERROR, "staged batch of pipeline \"%s\" is malformed", p->name);
+		if (col < 0 || col >= p->ndistinct)
+			CellStagedMalformed(p, tup, desc, psprintf("member %d names distinct count %d of %d", i + 1, col,
+													   p->ndistinct));
+		if (valuenulls[i])
+			CellStagedMalformed(p, tup, desc, psprintf("member %d has no value", i + 1));
+		for (int d = 0; d < p->ndims; d++)
+			if (cellnulls[i * p->ndims + d])
+				CellStagedMalformed(p, tup, desc, psprintf("member %d has no value of dimension %s", i + 1,
+														   p->dims[d]));
 		MemberAdd(members, CELL_LEVEL_MASK(p->ndims), &cellv[i * p->ndims], col, values[i],
 				  DatumGetInt64(counts[i]));
 	}

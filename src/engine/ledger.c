@@ -12,6 +12,11 @@
  * applied exactly once: a retry finds it applied, or finds it staged because
  * the first attempt rolled back.
  *
+ * The ledger is a table of the pipeline's owner, who may write into it
+ * whatever rows the table takes: reduce reads a staged batch only through
+ * CellStagedArray and CellStagedNumbers (cell.c), which refuse one map did
+ * not make (a payload column null, arrays that disagree in length, a NaN).
+ *
  * The ledger keeps an applied token for as long as something could stage the
  * same batch again, which is tied to consumption, not to time:
  *	 - batches from the queue are staged in the transaction that takes their

@@ -158,12 +158,12 @@ BuildAdvanceWatermark(Pipeline *p)
  * in a rollup, else as the grouping itself, which must be the pipeline's.
  */
 static uint32
-StagedGrouping(Pipeline *p, int32 staged)
+StagedGrouping(Pipeline *p, HeapTuple tup, TupleDesc desc, int32 staged)
 {
 	for (int s = 0; s < p->nsets; s++)
 		if (p->rollup ? staged == s : (uint32) staged == p->sets[s])
 			return p->sets[s];
-	elog(ERROR, "staged batch of pipeline \"%s\" names a cell of no grouping", p->name);
+	CellStagedMalformed(p, tup, desc, psprintf("a cell of level %d, which is no grouping of the pipeline", staged));
 }
 
 /*
@@ -212,42 +212,40 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 				   *counts = NULL,
 				   *ext = NULL;
 		bool	   *cellnulls,
-				   *sumnulls,
+				   *sumnulls = NULL,
+				   *countnulls = NULL,
 				   *extnulls = NULL;
 		int			ncells,
 					extcols = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		tokens[r] = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tup, desc, 1, &isnull)));
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 2, &isnull)),
-						  INT4OID, 4, true, TYPALIGN_INT, &levels, NULL, &ncells);
-		CellUnflatten(SPI_getbinval(tup, desc, 3, &isnull), TEXTOID, p->ndims, ncells,
-					  &cellv, &cellnulls);
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull)),
-						  NUMERICOID, -1, false, TYPALIGN_INT, &totals, NULL, &ncells);
-		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 5, &isnull)),
-						  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &keys, NULL, &ncells);
+		/* the owner's table: every array checked before any is read */
+		ncells = CellStagedArray(p, tup, desc, 2, INT4OID, -1, &levels, NULL);
+		CellStagedArray(p, tup, desc, 3, TEXTOID, ncells * p->ndims, &cellv, &cellnulls);
+		CellStagedArray(p, tup, desc, 4, NUMERICOID, ncells, &totals, NULL);
+		CellStagedNumbers(p, tup, desc, 4, totals, NULL, ncells);
+		CellStagedArray(p, tup, desc, 5, INT8OID, ncells, &keys, NULL);
 		if (p->nmeasures > 0)
 		{
-			CellUnflatten(SPI_getbinval(tup, desc, 6, &isnull), NUMERICOID, p->nmeasures,
-						  ncells, &sums, &sumnulls);
-			CellUnflatten(SPI_getbinval(tup, desc, 7, &isnull), INT8OID, p->nmeasures,
-						  ncells, &counts, &sumnulls);
+			CellStagedArray(p, tup, desc, 6, NUMERICOID, ncells * p->nmeasures, &sums, &sumnulls);
+			CellStagedNumbers(p, tup, desc, 6, sums, sumnulls, ncells * p->nmeasures);
+			CellStagedArray(p, tup, desc, 7, INT8OID, ncells * p->nmeasures, &counts, &countnulls);
 		}
 		if (p->any_min_max)
 		{
-			Datum		flat = SPI_getbinval(tup, desc, 8, &isnull);
-			ArrayType  *a = DatumGetArrayTypeP(flat);
+			int			next = CellStagedArray(p, tup, desc, 8, NUMERICOID, -1, &ext, &extnulls);
 
 			/* staged before 1.16: each list's first value alone */
-			extcols = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) == ncells * CELL_NEXT(p) ?
-				1 : CELL_EXT_COLS;
-			CellUnflatten(PointerGetDatum(a), NUMERICOID, CELL_NEXT(p) * extcols, ncells,
-						  &ext, &extnulls);
+			extcols = next == ncells * CELL_NEXT(p) ? 1 : CELL_EXT_COLS;
+			if (next != ncells * CELL_NEXT(p) * extcols)
+				CellStagedMalformed(p, tup, desc, psprintf("column extrema has %d values for %d cells", next, ncells));
+			CellStagedNumbers(p, tup, desc, 8, ext, extnulls, next);
 		}
 		for (int c = 0; c < ncells; c++)
 		{
 			CellChange	change;
+			uint32		grouping;
 
 			change.total = DatumGetNumeric(totals[c]);
 			change.keys = DatumGetInt64(keys[c]);
@@ -261,8 +259,12 @@ MergeStaged(Pipeline *p, SPITupleTable *tt, HTAB *cells, HTAB *members, int *nto
 				change.ext = StagedExt(p, &ext[c * CELL_NEXT(p) * extcols],
 									   &extnulls[c * CELL_NEXT(p) * extcols], extcols);
 			memset(change.distinct, 0, sizeof(change.distinct));
-			CellTableAdd(cells, p, StagedGrouping(p, DatumGetInt32(levels[c])),
-						 &cellv[c * p->ndims], &change);
+			grouping = StagedGrouping(p, tup, desc, DatumGetInt32(levels[c]));
+			for (int i = 0; i < p->ndims; i++)
+				if ((grouping & (1u << i)) && cellnulls[c * p->ndims + i])
+					CellStagedMalformed(p, tup, desc, psprintf("cell %d has no value of dimension %s", c + 1,
+															   p->dims[i]));
+			CellTableAdd(cells, p, grouping, &cellv[c * p->ndims], &change);
 		}
 		if (members)
 			DistinctMergeStaged(p, tup, desc, 9, members);
