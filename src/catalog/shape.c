@@ -520,8 +520,33 @@ ShapeCheckSlotCheck(Pipeline *p, Oid relid)
 }
 
 /*
+ * ShapeCheckNoRules refuses a table of pipeline with rules: a rule
+ * rewrites the statements exactonce runs on it into others (DO INSTEAD
+ * NOTHING makes an update of the progress row a no-op), which would then
+ * report what they did not do.
+ */
+static void
+ShapeCheckNoRules(Oid relid, const char *pipeline)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	bool		hasrules;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	hasrules = ((Form_pg_class) GETSTRUCT(tup))->relhasrules;
+	ReleaseSysCache(tup);
+	if (hasrules)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" has rules, which would rewrite the statements of exactonce",
+						pipeline, get_rel_name(relid)),
+				 errhint("The pipeline goes on once the rules are gone: DROP RULE ... ON %s.%s.",
+						 quote_identifier(pipeline), quote_identifier(get_rel_name(relid)))));
+}
+
+/*
  * ShapeCheckTable locks a table of a pipeline and, unless it passed since
- * it last changed, checks that it is logged, the type and nullability of
+ * it last changed, checks that it is logged, has no rules, the type and nullability of
  * every column exactonce touches, and the queue's check ingest_slot_open.
  */
 static bool
@@ -557,6 +582,7 @@ ShapeCheckTable(Pipeline *p, Oid relid, const char *table)
 		return true;
 
 	ShapeCheckLogged(relid, p->name);
+	ShapeCheckNoRules(relid, p->name);
 	t = palloc(sizeof(ShapeTable));
 	if (!ShapeOf(p, table, t))
 		elog(ERROR, "exactonce has no table \"%s\"", table);

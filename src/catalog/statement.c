@@ -34,10 +34,12 @@
 #include "miscadmin.h"
 #include "parser/parser.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -206,18 +208,52 @@ StatementPrepareFixed(const char *sql, int nargs, const Oid *argtypes)
 	return StatementKept(&key, sql, NULL, NULL, NULL, nargs, argtypes);
 }
 
+/* what to do about rows of a pipeline's tables changed by hand */
+static const char *const hand_changed_hint =
+"A pipeline's tables hold what exactonce wrote: put back what was changed by hand "
+"(a row deleted, added or updated, a trigger or rule that skips rows), "
+"or drop the pipeline and create it again.";
+
 /*
- * StatementCheck fails unless a statement succeeded (rc) and touched
- * "expected" rows (-1: any number).
+ * StatementRowRefused reports that table schema.table of a pipeline holds
+ * a row exactonce did not write (detail says how), as data corruption.  A
+ * pipeline's tables belong to its owner, who may delete, add or change
+ * rows exactonce counts on: whatever reads them checks, and refuses here.
+ */
+void
+StatementRowRefused(const char *schema, const char *table, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("table %s.%s holds rows that exactonce did not write",
+					quote_identifier(schema), quote_identifier(table)),
+			 errdetail_internal("%s", detail),
+			 errhint("%s", hand_changed_hint)));
+}
+
+/*
+ * StatementCheck fails unless a statement of plan succeeded (rc) and touched
+ * "expected" rows (-1: any number): one that did not found rows changed by
+ * hand (the progress row deleted, a shard row added), or none where a
+ * trigger or rule skipped them.
  */
 static void
-StatementCheck(int rc, int expected)
+StatementCheck(SPIPlanPtr plan, int rc, int expected)
 {
+	List	   *sources;
+
 	if (rc < 0)
 		elog(ERROR, "exactonce statement failed: %s", SPI_result_code_string(rc));
-	if (expected >= 0 && SPI_processed != (uint64) expected)
-		elog(ERROR, "exactonce statement touched " UINT64_FORMAT " rows, expected %d",
-			 SPI_processed, expected);
+	if (expected < 0 || SPI_processed == (uint64) expected)
+		return;
+	sources = SPI_plan_get_plan_sources(plan);
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("a statement of exactonce touched " UINT64_FORMAT " rows where it touches %d",
+					SPI_processed, expected),
+			 errdetail_internal("%s", sources != NIL ?
+								((CachedPlanSource *) linitial(sources))->query_string : "?"),
+			 errhint("%s", hand_changed_hint)));
 }
 
 /*
@@ -259,7 +295,7 @@ StatementExec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 	 * connection: go back to the caller's, which a flush resets per batch.
 	 */
 	MemoryContextSwitchTo(cxt);
-	StatementCheck(rc, expected);
+	StatementCheck(plan, rc, expected);
 }
 
 /*
@@ -301,7 +337,7 @@ ExecAs(Oid role, SPIPlanPtr plan, Datum *values, const char *nulls, Snapshot sna
 	rc = SPI_execute_snapshot(plan, values, nulls, snapshot, InvalidSnapshot, read_only, true, 0);
 	SetUserIdAndSecContext(save_userid, save_sec);
 	MemoryContextSwitchTo(cxt); /* as in StatementExec */
-	StatementCheck(rc, expected);
+	StatementCheck(plan, rc, expected);
 }
 
 /*

@@ -1085,10 +1085,7 @@ SetPaused(const char *name, bool paused)
 	ProgressLockAll(p, NULL, &dummy, &dummy, &was_paused);
 	if (paused)
 		DrainApplyLeft(p);
-	if (SPI_execute(psprintf("UPDATE %s.progress SET paused = %s",
-							 quote_identifier(p->name), paused ? "true" : "false"),
-					false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update progress of pipeline \"%s\"", name);
+	ProgressSetPaused(p, paused);
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);
 	SPI_finish();

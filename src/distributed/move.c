@@ -423,11 +423,10 @@ PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 r
 static void
 MoveDeadLetters(Pipeline *p, int64 n)
 {
-	if (n != 0 &&
-		SPI_execute(psprintf("UPDATE %s.progress SET ingested = ingested + " INT64_FORMAT
-							 ", dead_lettered = dead_lettered + " INT64_FORMAT,
-							 quote_identifier(p->name), n, n), false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not count the dead letters of pipeline \"%s\"", p->name);
+	StageCounts c = {.ingested = n,.dead_lettered = n};
+
+	if (n != 0)
+		ProgressRecord(p, &c, 0, -1);
 }
 
 /*

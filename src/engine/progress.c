@@ -55,7 +55,7 @@
 
 /* the columns of a shard's position, in the order PositionFromRow reads */
 #define SHARD_POSITION_COLUMNS \
-	"drain_rotation, drain_position, drain_row, drain_count, drain_digest, drain_file"
+	"drain_rotation, drain_position, drain_row, drain_count, drain_digest, drain_file, shard"
 
 /*
  * BuildProgressLock: lock the progress row, which serializes reduce, the
@@ -90,28 +90,41 @@ BuildProgressRead(Pipeline *p)
 }
 
 /*
- * ProgressFromRow reads the progress row a query returned.
+ * ProgressFromRow reads the progress row a query returned.  The queue
+ * rotates only once the oldest partition is retired, so the rotation taking
+ * inserts is the oldest one not truncated or the next: other values, or
+ * none, were written by hand.
  */
 static void
-ProgressFromRow(int64 *rotation, int64 *drain_rotation, bool *paused)
+ProgressFromRow(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
 	HeapTuple	tup = SPI_tuptable->vals[0];
 	TupleDesc	desc = SPI_tuptable->tupdesc;
-	bool		isnull;
+	bool		nulls[3];
+	int64		rot = DatumGetInt64(SPI_getbinval(tup, desc, 1, &nulls[0]));
+	int64		drain = DatumGetInt64(SPI_getbinval(tup, desc, 2, &nulls[1]));
+	bool		is_paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &nulls[2]));
 
-	*rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	*drain_rotation = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-	*paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	/* read before any is set: a caller may want only some, at one address */
+	if (nulls[0] || nulls[1] || nulls[2] || drain < 0 || rot < drain || rot - drain > 1)
+		StatementRowRefused(p->name, "progress",
+							psprintf("The progress row has rotation %s and drain_rotation %s, paused %s.",
+									 nulls[0] ? "null" : psprintf(INT64_FORMAT, rot),
+									 nulls[1] ? "null" : psprintf(INT64_FORMAT, drain),
+									 nulls[2] ? "null" : (is_paused ? "true" : "false")));
+	*rotation = rot;
+	*drain_rotation = drain;
+	*paused = is_paused;
 }
 
 /*
  * ProgressFetch runs a progress query and reads its row.
  */
 static void
-ProgressFetch(SPIPlanPtr plan, int64 *rotation, int64 *drain_rotation, bool *paused)
+ProgressFetch(Pipeline *p, SPIPlanPtr plan, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
 	StatementExec(plan, NULL, NULL, 1);
-	ProgressFromRow(rotation, drain_rotation, paused);
+	ProgressFromRow(p, rotation, drain_rotation, paused);
 }
 
 /*
@@ -123,7 +136,7 @@ void
 ProgressLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
 	p->progress_locked = true;
-	ProgressFetch(StatementPrepare(p, BuildProgressLock, 0, NULL),
+	ProgressFetch(p, StatementPrepare(p, BuildProgressLock, 0, NULL),
 				  rotation, drain_rotation, paused);
 }
 
@@ -138,7 +151,7 @@ ProgressTryLock(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *pause
 	if (SPI_processed == 0)
 		return false;
 	p->progress_locked = true;
-	ProgressFromRow(rotation, drain_rotation, paused);
+	ProgressFromRow(p, rotation, drain_rotation, paused);
 	return true;
 }
 
@@ -250,7 +263,7 @@ ProgressHeld(Pipeline *p)
 void
 ProgressRead(Pipeline *p, int64 *rotation, int64 *drain_rotation, bool *paused)
 {
-	ProgressFetch(StatementPrepare(p, BuildProgressRead, 0, NULL),
+	ProgressFetch(p, StatementPrepare(p, BuildProgressRead, 0, NULL),
 				  rotation, drain_rotation, paused);
 }
 
@@ -308,6 +321,29 @@ BuildProgressRotate(Pipeline *p)
 }
 
 /*
+ * BuildProgressSetPaused: pause or resume the pipeline.
+ */
+static const char *
+BuildProgressSetPaused(Pipeline *p)
+{
+	return psprintf("UPDATE %s.progress SET paused = $1", quote_identifier(p->name));
+}
+
+/*
+ * ProgressSetPaused pauses the pipeline, or resumes it, once this
+ * transaction commits.
+ */
+void
+ProgressSetPaused(Pipeline *p, bool paused)
+{
+	Oid			types[1] = {BOOLOID};
+	Datum		values[1] = {BoolGetDatum(paused)};
+
+	Assert(p->progress_locked);
+	StatementExec(StatementPrepare(p, BuildProgressSetPaused, 1, types), values, NULL, 1);
+}
+
+/*
  * ProgressCounters returns a subquery with the pipeline's counters
  * (ingested, applied, duplicates, stale, dead_lettered, batches,
  * last_batch_at): those of its progress row and of its shard rows, added up.
@@ -352,26 +388,38 @@ BuildShardLock(Pipeline *p)
 }
 
 /*
- * PositionFromRow reads a shard's position from row i of SPI_tuptable.
+ * PositionFromRow reads the position of shard from row i of SPI_tuptable,
+ * checking that the row is one exactonce wrote: that shard's, at a rotation
+ * and a place in a partition that can be.
  */
 static void
-PositionFromRow(uint64 i, QueuePosition *pos)
+PositionFromRow(Pipeline *p, uint64 i, int shard, QueuePosition *pos)
 {
 	HeapTuple	tup = SPI_tuptable->vals[i];
 	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		nulls[4];
 	bool		isnull;
 	Datum		d;
+	int32		row_shard;
 
-	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	pos->rotation = DatumGetInt64(SPI_getbinval(tup, desc, 1, &nulls[0]));
+	pos->tid = DatumGetInt64(SPI_getbinval(tup, desc, 2, &nulls[1]));
 	d = SPI_getbinval(tup, desc, 3, &isnull);
 	pos->row = isnull ? 0 : DatumGetInt64(d);
-	pos->count = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+	pos->count = DatumGetInt64(SPI_getbinval(tup, desc, 4, &nulls[2]));
 	d = SPI_getbinval(tup, desc, 5, &isnull);
 	pos->digest = isnull ? 0 : DatumGetInt64(d);
 	pos->digest_known = !isnull;
 	d = SPI_getbinval(tup, desc, 6, &isnull);
 	pos->file = isnull ? InvalidOid : DatumGetObjectId(d);
+	row_shard = DatumGetInt32(SPI_getbinval(tup, desc, 7, &nulls[3]));
+	if (nulls[3] || row_shard != shard)
+		StatementRowRefused(p->name, "shard",
+							psprintf("The row of shard %d is missing, or numbered otherwise.", shard));
+	if (nulls[0] || nulls[1] || nulls[2] || pos->rotation < 0 || pos->tid < 0 ||
+		pos->tid > ((int64) MaxBlockNumber << 16 | PG_UINT16_MAX) || pos->count < 0)
+		StatementRowRefused(p->name, "shard",
+							psprintf("Shard %d has no position in the queue that can be.", shard));
 }
 
 /*
@@ -395,7 +443,7 @@ ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos)
 		ProgressShardsRead(p, false, all);
 		return false;
 	}
-	PositionFromRow(0, pos);
+	PositionFromRow(p, 0, shard, pos);
 	p->shards_locked |= UINT64CONST(1) << shard;
 	return true;
 }
@@ -473,7 +521,7 @@ ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos)
 
 	StatementExec(plan, NULL, NULL, p->nshards);
 	for (int i = 0; i < p->nshards; i++)
-		PositionFromRow(i, &pos[i]);
+		PositionFromRow(p, i, i, &pos[i]);
 	if (lock)
 		p->shards_locked = ~UINT64CONST(0);
 }

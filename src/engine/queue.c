@@ -132,8 +132,12 @@ ReadRotation(Oid progress)
 	ShapeCheckColumn(progress, get_namespace_name(get_rel_namespace(progress)), "progress",
 					 "rotation", INT8OID, true);
 	if (!table_scan_getnextslot(scan, ForwardScanDirection, slot))
-		elog(ERROR, "progress row of queue is missing");
+		StatementRowRefused(get_namespace_name(get_rel_namespace(progress)), "progress",
+							"The progress row is missing.");
 	rotation = DatumGetInt64(slot_getattr(slot, attnum, &isnull));
+	if (isnull || rotation < 0)
+		StatementRowRefused(get_namespace_name(get_rel_namespace(progress)), "progress",
+							"The progress row has no rotation, or one below zero.");
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
 	UnregisterSnapshot(snap);

@@ -1,0 +1,85 @@
+-- A pipeline's progress and shard tables are its owner's, who may delete,
+-- add or change their rows, or plant rules on them.  Whatever exactonce
+-- reads from them it checks: a row it did not write is refused as data
+-- corruption (SQLSTATE XX001, naming the table and what is wrong), a table
+-- with rules is refused (55000), before any of it is used; with 1.31 a
+-- deleted progress row failed every function with an internal error, a
+-- negative rotation opened "relation 0", and a rule that made an update of
+-- the progress row do nothing left pause() and resume() to fail without
+-- saying why.  Put back, the pipeline drains as before, exact.
+CREATE EXTENSION exactonce;
+SET client_min_messages = warning;
+CREATE ROLE regress_eo_rows LOGIN;
+GRANT CREATE ON DATABASE contrib_regression TO regress_eo_rows;
+SET ROLE regress_eo_rows;
+SELECT exactonce.create_pipeline('orw', ARRAY['d'], shards => 2, measures => ARRAY['q']);
+INSERT INTO orw.ingest (key, version, value, d, q)
+	SELECT 'k' || i % 20, i, i % 7, 'd' || i % 3, i % 5 FROM generate_series(1, 200) i;
+SELECT exactonce.flush('orw');
+INSERT INTO orw.ingest (key, version, value, d, q)
+	SELECT 'k' || i % 30, 1000 + i, i % 11, 'd' || i % 4, i % 3 FROM generate_series(1, 100) i;
+
+-- orw.try(change, call): make the change, run the call, show how it ends;
+-- both are rolled back
+CREATE FUNCTION orw.try(change text, call text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	BEGIN
+		EXECUTE change;
+		EXECUTE call;
+		RAISE EXCEPTION USING ERRCODE = 'P0099', MESSAGE = 'ran';
+	EXCEPTION WHEN OTHERS THEN
+		RETURN SQLSTATE || ': ' || SQLERRM;
+	END;
+END $$;
+
+-- the one progress row deleted: every function refuses it, and so does
+-- an insert into the queue, which reads the rotation taking inserts
+SELECT orw.try('DELETE FROM orw.progress', c)
+	FROM unnest(ARRAY['SELECT exactonce.flush(''orw'')', 'SELECT exactonce.pause(''orw'')',
+		'SELECT exactonce.resume(''orw'')', 'SELECT exactonce.set_shards(''orw'', 3)',
+		'SELECT exactonce.rebuild(''orw'')', 'SELECT exactonce.replay_dead_letters(''orw'')',
+		'SELECT exactonce.set_feed(''orw'', true)', 'SELECT * FROM exactonce.prune(''orw'', 1)',
+		'INSERT INTO orw.ingest (key, version, value, d) VALUES (''n'', 1, 1, ''x'')']) c;
+-- as a caller sees it
+BEGIN;
+DELETE FROM orw.progress;
+SELECT exactonce.flush('orw');
+ROLLBACK;
+
+-- rotations that cannot be, and shard rows that are not the shards'
+SELECT change, orw.try(change, 'SELECT exactonce.flush(''orw'')') AS flush,
+	orw.try(change, 'SELECT exactonce.pause(''orw'')') AS pause
+	FROM unnest(ARRAY['UPDATE orw.progress SET drain_rotation = -5',
+		'UPDATE orw.progress SET rotation = rotation + 5',
+		'UPDATE orw.progress SET rotation = 9223372036854775000',
+		'DELETE FROM orw.shard WHERE shard = 0',
+		'INSERT INTO orw.shard (shard) VALUES (7)',
+		'UPDATE orw.shard SET shard = shard + 10',
+		'UPDATE orw.shard SET drain_rotation = -1',
+		'UPDATE orw.shard SET drain_position = -1',
+		'UPDATE orw.shard SET drain_count = -3']) change;
+SELECT orw.try('UPDATE orw.progress SET rotation = -1',
+	'INSERT INTO orw.ingest (key, version, value, d) VALUES (''n'', 1, 1, ''x'')');
+
+-- a trigger that skips the rows of progress, and rules
+CREATE FUNCTION orw.skip() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+SELECT orw.try(change, 'SELECT exactonce.pause(''orw'')')
+	FROM unnest(ARRAY['CREATE TRIGGER skip BEFORE UPDATE ON orw.progress FOR EACH ROW EXECUTE FUNCTION orw.skip()',
+		'CREATE RULE keep AS ON UPDATE TO orw.progress DO INSTEAD NOTHING',
+		'CREATE RULE keep AS ON INSERT TO orw.aggregates DO INSTEAD NOTHING',
+		'CREATE RULE keep AS ON UPDATE TO orw.shard DO INSTEAD NOTHING']) change;
+BEGIN;
+CREATE RULE keep AS ON UPDATE TO orw.progress DO INSTEAD NOTHING;
+SELECT exactonce.pause('orw');
+ROLLBACK;
+
+-- nothing of it stayed: the events drain as before, exact
+SELECT exactonce.flush('orw');
+SELECT level, d, total, keys, q_sum FROM orw.aggregates ORDER BY level, d;
+SELECT d, sum(value) AS total, count(*) AS keys, sum(q) AS q_sum FROM orw.state GROUP BY d ORDER BY d;
+SELECT * FROM exactonce.verify('orw');
+RESET ROLE;
+SELECT exactonce.drop_pipeline('orw');
+REVOKE CREATE ON DATABASE contrib_regression FROM regress_eo_rows;
+DROP ROLE regress_eo_rows;
+DROP EXTENSION exactonce;

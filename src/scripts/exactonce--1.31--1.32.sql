@@ -1,0 +1,11 @@
+/*
+ * exactonce 1.31 -> 1.32: the library only.
+ *
+ * Nothing in the catalog changes.  What exactonce reads from a pipeline's
+ * progress and shard rows it checks before it uses it, and a statement
+ * that touched other rows than it counts on, a row the owner changed by
+ * hand, is refused as data corruption (XX001) naming the table; a table of
+ * a pipeline with rules is refused.
+ */
+
+\echo Use "ALTER EXTENSION exactonce UPDATE TO '1.32'" to load this file. \quit
