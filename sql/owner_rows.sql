@@ -45,6 +45,13 @@ BEGIN;
 DELETE FROM orw.progress;
 SELECT exactonce.flush('orw');
 ROLLBACK;
+-- such a pipeline is dropped with force, which looks inside none of them
+BEGIN;
+DELETE FROM orw.progress;
+SELECT orw.try('SELECT 1', 'SELECT exactonce.drop_pipeline(''orw'')');
+SELECT exactonce.drop_pipeline('orw', force => true);
+SELECT count(*) AS left FROM exactonce.pipeline WHERE name = 'orw';
+ROLLBACK;
 
 -- rotations that cannot be, and shard rows that are not the shards'
 SELECT change, orw.try(change, 'SELECT exactonce.flush(''orw'')') AS flush,

@@ -212,7 +212,8 @@ StatementPrepareFixed(const char *sql, int nargs, const Oid *argtypes)
 static const char *const hand_changed_hint =
 "A pipeline's tables hold what exactonce wrote: put back what was changed by hand "
 "(a row deleted, added or updated, a trigger or rule that skips rows), "
-"or drop the pipeline and create it again.";
+"or drop the pipeline with exactonce.drop_pipeline(name, force => true), which reads none of its rows "
+"and discards what is queued, and create it again.";
 
 /*
  * StatementRowRefused reports that table schema.table of a pipeline holds

@@ -464,11 +464,13 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
 	bool	   *nulls = palloc(sizeof(bool) * desc->natts);
 	StringInfoData field;
+	StringInfoData message;
 	bool		header = false;
 	bool		done = false;
 
 	initStringInfo(&field);
 	LinkStart(link, sc->sql);
+	initStringInfo(&message);
 	for (;;)
 	{
 		char	   *msg;
@@ -489,6 +491,12 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 			break;
 		if (len < 0)
 			LinkLost(link);
+
+		/* libpq's buffer, freed at once: the checks below may throw */
+		resetStringInfo(&message);
+		appendBinaryStringInfo(&message, msg, len);
+		PQfreemem(msg);
+		msg = message.data;
 		if (!header)
 		{
 			int32		ext;
@@ -531,11 +539,11 @@ FetchRows(ForeignScanState *node, Fetch *sc)
 			tuplestore_putvalues(sc->rows, desc, values, nulls);
 			MemoryContextReset(sc->rowcxt);
 		}
-		PQfreemem(msg);
 	}
 	/* after the trailer, the end of the copy: its result, or the node's error */
 	PQclear(NodeWait(link->conn, link->servername));
 	pfree(field.data);
+	pfree(message.data);
 	MemoryContextSwitchTo(cxt);
 }
 
