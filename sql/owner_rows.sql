@@ -1,4 +1,4 @@
--- A pipeline's progress and shard tables are its owner's, who may delete,
+-- A pipeline's progress, shard and state tables are its owner's, who may delete,
 -- add or change their rows, or plant rules on them.  Whatever exactonce
 -- reads from them it checks: a row it did not write is refused as data
 -- corruption (SQLSTATE XX001, naming the table and what is wrong), a table
@@ -80,13 +80,27 @@ CREATE RULE keep AS ON UPDATE TO orw.progress DO INSTEAD NOTHING;
 SELECT exactonce.pause('orw');
 ROLLBACK;
 
+-- a key's state holding a number no event makes: refused as the state's,
+-- where 1.31 staged its NaN deltas and refused them as the ledger's
+SELECT change, orw.try(change, 'SELECT exactonce.flush(''orw'')') AS flush
+	FROM unnest(ARRAY['UPDATE orw.state SET value = ''NaN'' WHERE key = ''k1''',
+		'UPDATE orw.state SET value = ''-Infinity'' WHERE key = ''k1''',
+		'UPDATE orw.state SET q = ''Infinity'' WHERE key = ''k1''']) change;
+SELECT exactonce.create_pipeline('ora', ARRAY['d'], 'accumulate');
+INSERT INTO ora.ingest (key, version, value, d) VALUES ('k1', 1, 5, 'x');
+SELECT exactonce.flush('ora');
+INSERT INTO ora.ingest (key, version, value, d) VALUES ('k1', 2, 5, 'x');
+SELECT orw.try('UPDATE ora.state SET total = ''NaN''', 'SELECT exactonce.flush(''ora'')');
+SELECT exactonce.flush('ora');
+SELECT level, d, total, keys FROM ora.aggregates ORDER BY level, d;
+
 -- nothing of it stayed: the events drain as before, exact
 SELECT exactonce.flush('orw');
 SELECT level, d, total, keys, q_sum FROM orw.aggregates ORDER BY level, d;
 SELECT d, sum(value) AS total, count(*) AS keys, sum(q) AS q_sum FROM orw.state GROUP BY d ORDER BY d;
 SELECT * FROM exactonce.verify('orw');
 RESET ROLE;
-SELECT exactonce.drop_pipeline('orw');
+SELECT exactonce.drop_pipeline('orw'), exactonce.drop_pipeline('ora');
 REVOKE CREATE ON DATABASE contrib_regression FROM regress_eo_rows;
 DROP ROLE regress_eo_rows;
 DROP EXTENSION exactonce;

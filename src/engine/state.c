@@ -393,6 +393,34 @@ ColumnOf(TupleDesc desc, const char *name)
 }
 
 /*
+ * NotANumber tells whether n is NaN or an infinity, which no event brings
+ * (StateEventFault) and no sum of events makes.
+ */
+static inline bool
+NotANumber(Numeric n)
+{
+	return n != NULL && (numeric_is_nan(n) || numeric_is_inf(n));
+}
+
+/*
+ * CheckKeyState refuses a key's state row that holds a number no event
+ * made: the owner's table, changed by hand.  Its deltas would reach the
+ * aggregates as NaN, which reduce refuses in a batch that map did stage.
+ */
+static void
+CheckKeyState(Pipeline *p, text *key, KeyState *ks)
+{
+	bool		bad = p->mode == PIPELINE_LATEST ? NotANumber(ks->value) : NotANumber(ks->total);
+
+	for (int i = 0; !bad && p->mode == PIPELINE_LATEST && i < p->nmeasures; i++)
+		bad = NotANumber(ks->measures[i]);
+	if (bad)
+		StatementRowRefused(p->name, "state",
+							psprintf("The state of key \"%s\" holds NaN or an infinity.",
+									 text_to_cstring(key)));
+}
+
+/*
  * ReadKeyState reads a key's state row, if it has one.
  */
 static void
@@ -450,6 +478,7 @@ ReadKeyState(StateWork *w, text *key, KeyState *ks)
 		ks->first_time = DatumGetTimestampTz(slot_getattr(slot, w->col_first, &isnull));
 		ks->last_time = DatumGetTimestampTz(slot_getattr(slot, w->col_last, &isnull));
 	}
+	CheckKeyState(p, key, ks);
 }
 
 /*

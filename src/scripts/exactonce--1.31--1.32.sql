@@ -4,7 +4,8 @@
  * Nothing in the catalog changes.  What exactonce reads from a pipeline's
  * progress and shard rows it checks before it uses it, and a statement
  * that touched other rows than it counts on, a row the owner changed by
- * hand, is refused as data corruption (XX001) naming the table; a table of
+ * hand, is refused as data corruption (XX001) naming the table, and so is a
+ * state row holding NaN or an infinity; a table of
  * a pipeline with rules is refused.
  */
 
