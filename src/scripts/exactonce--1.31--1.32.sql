@@ -2,11 +2,10 @@
  * exactonce 1.31 -> 1.32: the library only.
  *
  * Nothing in the catalog changes.  What exactonce reads from a pipeline's
- * progress and shard rows it checks before it uses it, and a statement
- * that touched other rows than it counts on, a row the owner changed by
- * hand, is refused as data corruption (XX001) naming the table, and so is a
- * state row holding NaN or an infinity; a table of
- * a pipeline with rules is refused.
+ * progress, shard and state rows it checks before it uses it, and a
+ * statement that touched other rows than it counts on, a row the owner
+ * changed by hand, is refused as data corruption (XX001) naming the
+ * table; a table of a pipeline with rules is refused.
  */
 
 \echo Use "ALTER EXTENSION exactonce UPDATE TO '1.32'" to load this file. \quit
