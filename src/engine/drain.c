@@ -640,8 +640,11 @@ FinishRotation(Pipeline *p, int64 rotation, int64 drain_rotation)
 		/* the last shard to finish does this */
 		ProgressShardsRead(p, false, shards);
 		for (int s = 0; s < p->nshards; s++)
+		{
+			ProgressCheckShard(p, s, shards[s].rotation, rotation, drain_rotation);
 			if (shards[s].rotation < rotation)
 				return r;
+		}
 
 		/*
 		 * Do not wait for a reader of the partition (pg_dump, a long query)
@@ -688,6 +691,7 @@ DrainIdle(Pipeline *p, int shard, int64 rotation, int64 drain_rotation,
 	*finishing = false;
 	if (!ProgressShardsAt(p, shard, rotation, &pos, &all, &staged))
 		return false;
+	ProgressCheckShard(p, shard, pos.rotation, rotation, drain_rotation);
 	*finishing = pos.rotation >= rotation;
 	if (pos.rotation < rotation)
 		idle = r->sealing = pos.tid == 0 && !QueueSealed(p, rotation, seal);
@@ -833,6 +837,7 @@ DrainStep(Pipeline *p, int shard, SealState **seal)
 	ProgressRead(p, &rotation, &drain_rotation, &paused);
 	if (paused)
 		return r;
+	ProgressCheckShard(p, shard, pos.rotation, rotation, drain_rotation);
 
 	if (pos.rotation < rotation)
 	{

@@ -423,6 +423,25 @@ PositionFromRow(Pipeline *p, uint64 i, int shard, QueuePosition *pos)
 }
 
 /*
+ * ProgressCheckShard refuses a shard whose position is at a rotation the
+ * progress row says it cannot be at: a shard passes the partition taking
+ * inserts never, and the oldest partition is retired only once every
+ * shard has passed it.  A shard ahead would take the partition it has not
+ * drained for drained, and see it retired; one behind, the same.  Only rows
+ * put back by hand (a saved progress row restored) disagree so.
+ */
+void
+ProgressCheckShard(Pipeline *p, int shard, int64 shard_rotation, int64 rotation,
+				   int64 drain_rotation)
+{
+	if (shard_rotation < drain_rotation || shard_rotation > rotation)
+		StatementRowRefused(p->name, "shard",
+							psprintf("Shard %d is at rotation " INT64_FORMAT ", where the progress row has rotations "
+									 INT64_FORMAT " to " INT64_FORMAT ".",
+									 shard, shard_rotation, drain_rotation, rotation));
+}
+
+/*
  * ProgressShardLock locks a shard's row until the end of the transaction and reads
  * its position.  It returns false, without waiting, when the row is locked
  * already (by flush(), pause() or a caller of state_upsert()).
@@ -598,4 +617,7 @@ ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
 				 errdetail("set_shards() or alter_pipeline_as() committed a new definition."),
 				 errhint("Run it again.")));
 	ProgressLock(p, rotation, drain_rotation, paused);
+	shards = shards ? shards : positions;
+	for (int i = 0; i < p->nshards; i++)
+		ProgressCheckShard(p, i, shards[i].rotation, *rotation, *drain_rotation);
 }

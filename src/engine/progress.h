@@ -26,6 +26,8 @@ extern void ProgressRecord(Pipeline *p, const StageCounts *c, int64 batches,
 extern char *ProgressCounters(Pipeline *p);
 extern void ProgressRotate(Pipeline *p);
 extern void ProgressSetPaused(Pipeline *p, bool paused);
+extern void ProgressCheckShard(Pipeline *p, int shard, int64 shard_rotation,
+							   int64 rotation, int64 drain_rotation);
 extern bool ProgressShardLock(Pipeline *p, int shard, QueuePosition *pos);
 extern void ProgressShardsRead(Pipeline *p, bool lock, QueuePosition *pos);
 extern bool ProgressShardsAt(Pipeline *p, int shard, int64 rotation,
