@@ -608,16 +608,22 @@ ProgressLockAll(Pipeline *p, QueuePosition *shards, int64 *rotation,
 				int64 *drain_rotation, bool *paused)
 {
 	QueuePosition positions[EXACTONCE_MAX_SHARDS];
+	int64		rot,
+				drain;
 
-	ProgressShardsRead(p, true, shards ? shards : positions);
+	if (shards == NULL)
+		shards = positions;
+	ProgressShardsRead(p, true, shards);
 	if (!PipelineIsCurrent(p))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("pipeline \"%s\" was changed while this waited for it", p->name),
 				 errdetail("set_shards() or alter_pipeline_as() committed a new definition."),
 				 errhint("Run it again.")));
-	ProgressLock(p, rotation, drain_rotation, paused);
-	shards = shards ? shards : positions;
+	/* read into locals: a caller may want neither, at one address */
+	ProgressLock(p, &rot, &drain, paused);
 	for (int i = 0; i < p->nshards; i++)
-		ProgressCheckShard(p, i, shards[i].rotation, *rotation, *drain_rotation);
+		ProgressCheckShard(p, i, shards[i].rotation, rot, drain);
+	*rotation = rot;
+	*drain_rotation = drain;
 }
