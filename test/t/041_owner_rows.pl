@@ -74,6 +74,9 @@ sub restored
 {
 	my ($label) = @_;
 	ok(eo_wait_drained($node, $db, 'byhand'), "$label, put back: the pipeline drains");
+	ok( $node->poll_query_until(
+			$db, "SELECT last_error IS NULL FROM exactonce.pipelines WHERE name = 'byhand'"),
+		"$label, put back: no error is left");
 	is(eo_mismatches($node, $db, 'byhand', 'rows_truth'), '0',
 		"$label, put back: its aggregates equal the oracle");
 	return;
