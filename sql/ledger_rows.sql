@@ -2,7 +2,7 @@
 -- takes.  A staged batch that map did not make (a payload column null,
 -- arrays that disagree in length, a NaN, a cell of no grouping or without
 -- the value of a dimension it groups by, a member of no distinct count) is
--- refused by reduce with SQLSTATE XX001 and the row's token, before any of
+-- refused by reduce with SQLSTATE EO006 and the row's token, before any of
 -- it is read; with 1.30 the first of these crashed the server (signal 11),
 -- and the workers with it, again at each restart.  Deleted, the pipeline
 -- drains as before, exact.
@@ -24,7 +24,7 @@ BEGIN
 		cols, vals);
 	BEGIN
 		PERFORM exactonce.flush('lr');
-	EXCEPTION WHEN data_corrupted THEN
+	EXCEPTION WHEN SQLSTATE 'EO006' THEN
 		DELETE FROM lr.ledger WHERE token = '\x01';
 		RETURN SQLERRM;
 	END;

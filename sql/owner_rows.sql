@@ -1,7 +1,7 @@
 -- A pipeline's progress, shard and state tables are its owner's, who may delete,
 -- add or change their rows, or plant rules on them.  Whatever exactonce
--- reads from them it checks: a row it did not write is refused as data
--- corruption (SQLSTATE XX001, naming the table and what is wrong), a table
+-- reads from them it checks: a row it did not write is refused as changed
+-- by hand (SQLSTATE EO006, naming the table and what is wrong), a table
 -- with rules is refused (55000), before any of it is used; with 1.31 a
 -- deleted progress row failed every function with an internal error, a
 -- negative rotation opened "relation 0", and a rule that made an update of

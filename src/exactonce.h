@@ -39,6 +39,8 @@
 #define ERRCODE_EXACTONCE_KEY_MOVED	MAKE_SQLSTATE('E','O','0','0','4')
 /* a column of a pipeline's table no longer has the type exactonce made */
 #define ERRCODE_EXACTONCE_ALTERED	MAKE_SQLSTATE('E','O','0','0','5')
+/* a row of a pipeline's table is not one exactonce wrote: changed by hand */
+#define ERRCODE_EXACTONCE_ROW_CHANGED	MAKE_SQLSTATE('E','O','0','0','6')
 
 #define PIPELINE_MAX_SETS	256 /* grouping sets, and a cube's */
 

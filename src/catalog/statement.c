@@ -217,7 +217,7 @@ static const char *const hand_changed_hint =
 
 /*
  * StatementRowRefused reports that table schema.table of a pipeline holds
- * a row exactonce did not write (detail says how), as data corruption.  A
+ * a row exactonce did not write (detail says how), with SQLSTATE EO006.  A
  * pipeline's tables belong to its owner, who may delete, add or change
  * rows exactonce counts on: whatever reads them checks, and refuses here.
  */
@@ -225,7 +225,7 @@ void
 StatementRowRefused(const char *schema, const char *table, const char *detail)
 {
 	ereport(ERROR,
-			(errcode(ERRCODE_DATA_CORRUPTED),
+			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
 			 errmsg("table %s.%s holds rows that exactonce did not write",
 					quote_identifier(schema), quote_identifier(table)),
 			 errdetail_internal("%s", detail),
@@ -249,7 +249,7 @@ StatementCheck(SPIPlanPtr plan, int rc, int expected)
 		return;
 	sources = SPI_plan_get_plan_sources(plan);
 	ereport(ERROR,
-			(errcode(ERRCODE_DATA_CORRUPTED),
+			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
 			 errmsg("a statement of exactonce touched " UINT64_FORMAT " rows where it touches %d",
 					SPI_processed, expected),
 			 errdetail_internal("%s", sources != NIL ?

@@ -528,7 +528,7 @@ CellStagedMalformed(Pipeline *p, HeapTuple tup, TupleDesc desc, const char *what
 	char	   *token = DatumGetCString(DirectFunctionCall1(byteaout, SPI_getbinval(tup, desc, 1, &isnull)));
 
 	ereport(ERROR,
-			(errcode(ERRCODE_DATA_CORRUPTED),
+			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
 			 errmsg("staged batch %s of pipeline \"%s\" is malformed: %s", token, p->name, what),
 			 errdetail("A batch that map stages has every payload column, as many values in each as it has cells, and no NaN."),
 			 errhint("A row the pipeline did not stage can be deleted: DELETE FROM %s.ledger WHERE token = '%s'.",

@@ -4,7 +4,7 @@
  * Nothing in the catalog changes.  What exactonce reads from a pipeline's
  * progress, shard and state rows it checks before it uses it, and a
  * statement that touched other rows than it counts on, a row the owner
- * changed by hand, is refused as data corruption (XX001) naming the
+ * changed by hand, is refused (EO006, as the ledger's rows now) naming the
  * table; a table of a pipeline with rules is refused.
  */
 

@@ -56,6 +56,11 @@
 #                  tables are altered on the node (built-in types only,
 #                  committed, then set back) before the calls that reach
 #                  the node, its coordinator's queue as on main;
+#   rows changed   rows of each table of main's pipelines deleted, added,
+#                  renumbered or given values no stage writes, by the
+#                  owner, one change at a time, in the transaction of the
+#                  calls that reach the pipeline (as the owner and the
+#                  superuser);
 #   sqlsmith       main's pipelines resumed with a column of each table
 #                  altered (committed): the workers must refuse them with
 #                  an error; meanwhile random queries as the owner.
@@ -1574,6 +1579,80 @@ for my $name (@pipeline_names)
 	note(sprintf('%s: %d alterations made, %d refused by PostgreSQL; the column guard refused %d; %d calls, %.0fs',
 		$name, $altered{$name} // 0, $skipped{$name} // 0, $guarded, scalar(@ids), time - $t0));
 	round_checks("$name altered", \@ids, reference => !$pipelines{$name}{distributed});
+}
+
+# --- round 3b: rows of the pipeline's tables changed by hand -----------------
+
+# what the owner may write into the tables it owns, as DML: rows deleted,
+# added, doubled, renumbered, and values no stage writes (negative
+# rotations and positions, NaN, nulls, arrays of other lengths), each in
+# the transaction of the calls; what exactonce reads from them it must
+# check (src/catalog/statement.c, StatementRowRefused), so every call
+# refuses with an SQLSTATE of its own or runs, as on the real rows
+my @row_changes = (
+	'DELETE FROM P.progress',
+	'UPDATE P.progress SET rotation = rotation + 5',
+	'UPDATE P.progress SET drain_rotation = -5',
+	'UPDATE P.progress SET rotation = 9223372036854775000, drain_rotation = 9223372036854775000',
+	'UPDATE P.progress SET ingested = -1, applied = 9223372036854775807',
+	"UPDATE P.progress SET watermark = 'infinity'",
+	'DELETE FROM P.shard WHERE shard = 0',
+	'INSERT INTO P.shard (shard) VALUES (7)',
+	'UPDATE P.shard SET shard = shard + 10',
+	'UPDATE P.shard SET drain_rotation = drain_rotation + 1',
+	'UPDATE P.shard SET drain_position = -1',
+	'UPDATE P.shard SET drain_position = 9223372036854775000',
+	'UPDATE P.shard SET drain_count = -3, drain_row = -1',
+	'UPDATE P.shard SET drain_file = 1259, drain_count = 9223372036854775000',
+	'DELETE FROM P.aggregates WHERE level = 0',
+	"UPDATE P.aggregates SET total = 'NaN', keys = -5",
+	'UPDATE P.aggregates SET level = 99',
+	'INSERT INTO P.aggregates SELECT * FROM P.aggregates',
+	"UPDATE P.aggregates SET extrema_reserve = '{1,2,3}'",
+	"UPDATE P.aggregates SET extrema_reserve = '{{1,2},{3,4}}'",
+	"UPDATE P.aggregates SET extrema_reserve = '[5:7]={1,2,3}'",
+	'UPDATE P.aggregates SET extrema_reserve = array_fill(NULL::numeric, ARRAY[40])',
+	'UPDATE P.aggregates SET value_min = 1000, value_max = -1000',
+	'UPDATE P.distincts SET n = -1',
+	"UPDATE P.distincts SET cell = '{a,b,c,d,e,f}'",
+	"UPDATE P.distincts SET col = 'nosuch'",
+	'INSERT INTO P.distincts SELECT * FROM P.distincts',
+	"UPDATE P.state SET value = 'NaN'",
+	"UPDATE P.state SET total = 'NaN', events = -1",
+	'UPDATE P.state SET version = 9223372036854775807',
+	'INSERT INTO P.state SELECT * FROM P.state',
+	'DELETE FROM P.seen',
+	'UPDATE P.seen SET version = 9223372036854775807',
+	'UPDATE P.feed SET seq = -seq, level = 99',
+	'UPDATE P.ledger SET applied_at = NULL',
+	"UPDATE P.ledger SET token = '\\x00'",
+	'INSERT INTO P.ledger SELECT * FROM P.ledger',
+	"INSERT INTO P.dead_letters (key, version, value, reason) VALUES ('dl', 1, 'NaN', 'x')");
+
+for my $name ('s_latest', 's_acc')
+{
+	my $t0 = time;
+	my @groups;
+	for my $i (0 .. $#row_changes)
+	{
+		my $change = $row_changes[$i] =~ s/\bP\./$name./gr;
+		push @groups, main_group($name, "rows/$name/$i", "rows: $change",
+			"SET LOCAL ROLE $owner;\n$change;\n", $owner, 'superuser');
+	}
+	my ($skipped) = run_groups(@groups);
+	my @ids;
+	for my $g (@groups)
+	{
+		if (exists $skipped->{ $g->{id} })
+		{
+			delete $call{ $_->{id} } for @{ $g->{items} };
+			next;
+		}
+		push @ids, map { $_->{id} } @{ $g->{items} };
+	}
+	note(sprintf('%s: %d changes of rows made, %d refused by PostgreSQL; %d calls, %.0fs',
+		$name, @groups - keys %$skipped, scalar(keys %$skipped), scalar(@ids), time - $t0));
+	round_checks("$name rows changed", \@ids);
 }
 
 # --- round 4: sqlsmith as the owner, with the workers on altered tables ------

@@ -1,6 +1,6 @@
 # A pipeline's owner changes rows of its own tables by hand while the
 # workers drain: deletes the progress row, puts back a stale one, renumbers
-# a shard row, puts NaN into a key's state.  The workers refuse that pipeline (XX001, shown in
+# a shard row, puts NaN into a key's state.  The workers refuse that pipeline (EO006, shown in
 # last_error), apply nothing of it, and go on draining the other pipeline
 # exactly; no backend crashes.  Each change put back, the pipeline drains
 # what waited, exact against an oracle of the events sent.
