@@ -81,6 +81,8 @@
 #include "postmaster/autovacuum.h"
 #include "storage/bufmgr.h"
 #include "storage/freespace.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
@@ -169,6 +171,46 @@ QueueProgress(Oid ingest)
 }
 
 /*
+ * CheckSlotLogged refuses an insert into partition slot of queue ingest
+ * (locked) while one of its tables is unlogged: a crash would empty it of
+ * events whose commit was acknowledged.  The workers refuse such a queue
+ * (ShapeCheckLogged), and the column guard the ALTER that makes it so;
+ * without the preload, or with the guard off, the producers must not go on
+ * filling it meanwhile.  The partition is found by its bound, as routing
+ * does, and locked as routing will: its leaves are looked up in the
+ * syscache, a few probes per transaction.
+ */
+static void
+CheckSlotLogged(Oid ingest, int slot)
+{
+	Relation	rel = table_open(ingest, NoLock);
+	PartitionDesc pd = RelationGetPartitionDesc(rel, true);
+	PartitionBoundInfo bounds = pd->boundinfo;
+	Oid			part = InvalidOid;
+
+	for (int i = 0; bounds != NULL && bounds->strategy == PARTITION_STRATEGY_LIST &&
+		 i < bounds->ndatums; i++)
+		if (DatumGetInt32(bounds->datums[i][0]) == slot && bounds->indexes[i] >= 0)
+			part = pd->oids[bounds->indexes[i]];
+	table_close(rel, NoLock);
+	if (!OidIsValid(part))
+		return;					/* no partition takes the row: routing says so */
+	LockRelationOid(part, RowExclusiveLock);
+	if (get_rel_relkind(part) == RELKIND_PARTITIONED_TABLE)
+	{
+		Relation	prel = table_open(part, NoLock);
+
+		pd = RelationGetPartitionDesc(prel, true);
+		for (int i = 0; i < pd->nparts; i++)
+			if (get_rel_persistence(pd->oids[i]) != RELPERSISTENCE_PERMANENT)
+				ShapeCheckLogged(pd->oids[i], get_namespace_name(get_rel_namespace(ingest)));
+		table_close(prel, NoLock);
+	}
+	else
+		ShapeCheckLogged(part, get_namespace_name(get_rel_namespace(ingest)));
+}
+
+/*
  * OpenPartition returns the partition of queue "ingest" that takes inserts now.
  * It locks the queue first, so that a worker sealing the other partition
  * waits for this transaction; only a role that may insert into the queue
@@ -191,6 +233,7 @@ OpenPartition(Oid ingest)
 	LockRelationOid(ingest, RowExclusiveLock);
 
 	slot_cache_slot = (int) (ReadRotation(progress) % EXACTONCE_PARTITIONS);
+	CheckSlotLogged(ingest, slot_cache_slot);
 	slot_cache_ingest = ingest;
 	slot_cache_lxid = MyProc->lxid;
 	slot_cache_subxid = GetCurrentSubTransactionId();
