@@ -81,6 +81,10 @@ CREATE RULE keep AS ON UPDATE TO orw.progress DO INSTEAD NOTHING;
 SELECT exactonce.pause('orw');
 ROLLBACK;
 
+-- counters set to the end of bigint: the next batch's addition fails with
+-- PostgreSQL's own error, and nothing of it is applied
+SELECT orw.try('UPDATE orw.shard SET applied = 9223372036854775807', 'SELECT exactonce.flush(''orw'')');
+
 -- a key's state holding a number no event makes: refused as the state's,
 -- where 1.31 staged its NaN deltas and refused them as the ledger's
 SELECT change, orw.try(change, 'SELECT exactonce.flush(''orw'')') AS flush

@@ -206,7 +206,7 @@ CheckSlotLogged(Oid ingest, int slot)
 				ShapeCheckLogged(pd->oids[i], get_namespace_name(get_rel_namespace(ingest)));
 		table_close(prel, NoLock);
 	}
-	else
+	else if (get_rel_persistence(part) != RELPERSISTENCE_PERMANENT)
 		ShapeCheckLogged(part, get_namespace_name(get_rel_namespace(ingest)));
 }
 
