@@ -33,8 +33,9 @@ case_start() {
 	bash tools/cluster.sh start $D $P "exactonce.database = 'postgres'" "exactonce.workers = 2" "$@" "$conf" >/dev/null
 }
 
-# worker_pids: the drain workers' pids, comma separated, once both run
+# worker_pids: the drain workers' pids, comma separated, once all of them run
 worker_pids() {
-	until [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'")" = 2 ]; do sleep 0.1; done
+	until [ "$(q -c "SELECT count(*) = current_setting('exactonce.workers')::int FROM pg_stat_activity
+		WHERE backend_type LIKE 'exactonce drain%'")" = t ]; do sleep 0.1; done
 	q -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'exactonce drain%'"
 }
