@@ -233,6 +233,21 @@ StatementRowRefused(const char *schema, const char *table, const char *detail)
 }
 
 /*
+ * RowCountRefused reports that a statement on a pipeline's table touched
+ * other than the rows it touches (sql, for the detail), with EO006.
+ */
+static void
+RowCountRefused(uint64 touched, int64 meant, const char *sql)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
+			 errmsg("a statement of exactonce touched " UINT64_FORMAT " rows where it touches " INT64_FORMAT,
+					touched, meant),
+			 errdetail_internal("%s", sql),
+			 errhint("%s", hand_changed_hint)));
+}
+
+/*
  * StatementCheck fails unless a statement of plan succeeded (rc) and touched
  * "expected" rows (-1: any number).  On a pipeline's tables, the owner's,
  * one that did not found rows changed by hand (the progress row deleted, a
@@ -254,12 +269,35 @@ StatementCheck(SPIPlanPtr plan, int rc, int expected, bool pipeline_table)
 	if (!pipeline_table)
 		elog(ERROR, "exactonce statement touched " UINT64_FORMAT " rows, expected %d: %s",
 			 SPI_processed, expected, sql);
-	ereport(ERROR,
-			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
-			 errmsg("a statement of exactonce touched " UINT64_FORMAT " rows where it touches %d",
-					SPI_processed, expected),
-			 errdetail_internal("%s", sql),
-			 errhint("%s", hand_changed_hint)));
+	RowCountRefused(SPI_processed, expected, sql);
+}
+
+/*
+ * StatementWriteAll runs a statement that writes a whole set of rows of a
+ * pipeline's table, as many as it finds (rebuild()'s), and returns how
+ * many it wrote: "dml" with RETURNING, after the WITH items of "with"
+ * (NULL for none), its rows counted against query "meant", which reads
+ * the rows as they were before it.  Rows that a trigger skipped are
+ * refused as changed by hand (EO006): a DELETE or UPDATE that leaves some,
+ * an INSERT that loses some, would leave the aggregates short or a batch
+ * staged to be applied again.
+ */
+uint64
+StatementWriteAll(const char *with, const char *dml, const char *meant)
+{
+	char	   *sql = psprintf("WITH %s%sw AS (%s RETURNING 1) SELECT (SELECT pg_catalog.count(*) FROM w), ((%s))::pg_catalog.int8",
+							   with ? with : "", with ? ", " : "", dml, meant);
+	bool		isnull;
+	int64		wrote,
+				rows;
+
+	if (SPI_execute(sql, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "exactonce statement failed: %s", sql);
+	wrote = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull || wrote != rows)
+		RowCountRefused(wrote, rows, dml);
+	return (uint64) wrote;
 }
 
 /*

@@ -33,6 +33,8 @@ extern void StatementExecAs(Oid role, SPIPlanPtr plan, Datum *values,
 							const char *nulls, bool read_only, int expected);
 extern void StatementReadLatestAs(Oid role, SPIPlanPtr plan, Datum *values,
 								  const char *nulls, int expected);
+extern uint64 StatementWriteAll(const char *with, const char *dml,
+								const char *meant);
 extern void StatementRowRefused(const char *schema, const char *table,
 								const char *detail) pg_attribute_noreturn();
 extern Oid	StatementTableOwner(const char *relname);

@@ -404,11 +404,14 @@ NarrowState(Pipeline *p, QueryPlan *plan, const char *added, bool had_where)
 
 	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	if (SPI_execute(psprintf("LOCK TABLE %s.ingest IN ACCESS EXCLUSIVE MODE", s), false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("UPDATE %s.state SET deleted = true, updated_at = pg_catalog.now()"
-							 " WHERE NOT deleted AND (%s) IS NOT TRUE", s, added), false, 0) != SPI_OK_UPDATE ||
-		(had_where && SPI_execute(psprintf("ALTER TABLE %s.ingest DROP COLUMN %s", s, EV_WHERE_COLUMN),
-								  false, 0) != SPI_OK_UTILITY))
+	if (SPI_execute(psprintf("LOCK TABLE %s.ingest IN ACCESS EXCLUSIVE MODE", s), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not narrow the WHERE of pipeline \"%s\"", p->name);
+	StatementWriteAll(NULL, psprintf("UPDATE %s.state SET deleted = true, updated_at = pg_catalog.now()"
+									 " WHERE NOT deleted AND (%s) IS NOT TRUE", s, added),
+					  psprintf("SELECT pg_catalog.count(*) FROM %s.state WHERE NOT deleted AND (%s) IS NOT TRUE",
+							   s, added));
+	if (had_where && SPI_execute(psprintf("ALTER TABLE %s.ingest DROP COLUMN %s", s, EV_WHERE_COLUMN),
+								 false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not narrow the WHERE of pipeline \"%s\"", p->name);
 	AtEOXact_GUC(true, nestlevel);
 	where.where = plan->where;

@@ -1177,29 +1177,27 @@ exactonce_set_shards(PG_FUNCTION_ARGS)
 	 * shards that go pass on their counts to shard 0; new ones start where
 	 * the others are, at the rotation taking inserts
 	 */
+	StatementWriteAll(NULL, psprintf("UPDATE %1$s.shard z SET taken = z.taken + g.taken,"
+									 " ingested = z.ingested + g.ingested, applied = z.applied + g.applied,"
+									 " duplicates = z.duplicates + g.duplicates, stale = z.stale + g.stale,"
+									 " dead_lettered = z.dead_lettered + g.dead_lettered,"
+									 " batches = z.batches + g.batches,"
+									 " last_batch_at = greatest(z.last_batch_at, g.last_batch_at)"
+									 " FROM (SELECT coalesce(sum(taken), 0)::bigint AS taken,"
+									 " coalesce(sum(ingested), 0)::bigint AS ingested, coalesce(sum(applied), 0)::bigint AS applied,"
+									 " coalesce(sum(duplicates), 0)::bigint AS duplicates, coalesce(sum(stale), 0)::bigint AS stale,"
+									 " coalesce(sum(dead_lettered), 0)::bigint AS dead_lettered,"
+									 " coalesce(sum(batches), 0)::bigint AS batches, max(last_batch_at) AS last_batch_at"
+									 " FROM %1$s.shard WHERE shard >= %2$d) g"
+									 " WHERE z.shard = 0", s, nshards),
+					  "SELECT 1");
+	StatementWriteAll(NULL, psprintf("DELETE FROM %s.shard WHERE shard >= %d", s, nshards),
+					  psprintf("SELECT %d", Max(p->nshards - nshards, 0)));
+	StatementWriteAll(psprintf("r AS MATERIALIZED (SELECT g, (SELECT rotation FROM %s.progress)"
+							   " FROM pg_catalog.generate_series(%d, %d) g)", s, p->nshards, nshards - 1),
+					  psprintf("INSERT INTO %s.shard (shard, drain_rotation) SELECT * FROM r", s),
+					  "SELECT pg_catalog.count(*) FROM r");
 	values[0] = Int32GetDatum(nshards);
-	values[1] = Int32GetDatum(p->nshards);
-	if (SPI_execute_with_args(psprintf("UPDATE %1$s.shard z SET taken = z.taken + g.taken,"
-									   " ingested = z.ingested + g.ingested, applied = z.applied + g.applied,"
-									   " duplicates = z.duplicates + g.duplicates, stale = z.stale + g.stale,"
-									   " dead_lettered = z.dead_lettered + g.dead_lettered,"
-									   " batches = z.batches + g.batches,"
-									   " last_batch_at = greatest(z.last_batch_at, g.last_batch_at)"
-									   " FROM (SELECT coalesce(sum(taken), 0)::bigint AS taken,"
-									   " coalesce(sum(ingested), 0)::bigint AS ingested, coalesce(sum(applied), 0)::bigint AS applied,"
-									   " coalesce(sum(duplicates), 0)::bigint AS duplicates, coalesce(sum(stale), 0)::bigint AS stale,"
-									   " coalesce(sum(dead_lettered), 0)::bigint AS dead_lettered,"
-									   " coalesce(sum(batches), 0)::bigint AS batches, max(last_batch_at) AS last_batch_at"
-									   " FROM %1$s.shard WHERE shard >= $1) g"
-									   " WHERE z.shard = 0", s),
-							  1, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
-		SPI_execute_with_args(psprintf("DELETE FROM %s.shard WHERE shard >= $1", s),
-							  1, types, values, NULL, false, 0) != SPI_OK_DELETE ||
-		SPI_execute_with_args(psprintf("INSERT INTO %s.shard (shard, drain_rotation)"
-									   " SELECT g, (SELECT rotation FROM %s.progress)"
-									   " FROM pg_catalog.generate_series($2, $1 - 1) g", s, s),
-							  2, types, values, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not change the shards of pipeline \"%s\"", p->name);
 	values[1] = Int32GetDatum(p->id);
 	PipelineRegistryExec("UPDATE exactonce.pipeline SET shards = $1 WHERE id OPERATOR(pg_catalog.=) $2",
 						 2, types, values, 1);

@@ -463,7 +463,7 @@ exactonce_verify(PG_FUNCTION_ARGS)
 }
 
 /*
- * BuildDistinctRebuild returns the INSERT of the rows of table distincts of
+ * BuildDistinctRebuild returns the query of the rows of table distincts of
  * one grouping (mask) and one distinct_counts column, from the live keys:
  * at a leaf n counts the keys that have the value; above, in a rollup, the
  * children that have it, and in another grouping the leaves (distinct.c).
@@ -479,8 +479,7 @@ BuildDistinctRebuild(Pipeline *p, uint32 mask, int col)
 
 	initStringInfo(&sql);
 	initStringInfo(&group);
-	appendStringInfo(&sql, "INSERT INTO %s.distincts (cell, col, value, n) SELECT ARRAY[",
-					 quote_identifier(p->name));
+	appendStringInfoString(&sql, "SELECT ARRAY[");
 	for (int i = 0, n = 0; i < p->ndims; i++)
 	{
 		bool		in = (mask & ((uint32) 1 << i)) != 0;
@@ -528,7 +527,9 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 	bool		paused;
 	uint64		cells;
 	StringInfoData sql;
+	StringInfoData dml;
 	const char *s;
+	bool		isnull;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -551,6 +552,7 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 	ProgressLockAll(p, NULL, &rotation, &drain_rotation, &paused);
 
 	initStringInfo(&sql);
+	initStringInfo(&dml);
 
 	/*
 	 * The feed gets the change of every cell whose total or keys differ from
@@ -564,10 +566,7 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 		initStringInfo(&dims);
 		for (int i = 0; i < p->ndims; i++)
 			appendStringInfo(&dims, ", %s", quote_identifier(p->dims[i]));
-		appendStringInfo(&sql, "INSERT INTO %s.feed (level, ", s);
-		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, "%s, ", quote_identifier(p->dims[i]));
-		appendStringInfoString(&sql, "old_total, new_total, old_keys, new_keys) SELECT COALESCE(k.level, r.level)");
+		appendStringInfoString(&sql, "r AS MATERIALIZED (SELECT COALESCE(k.level, r.level)");
 		for (int i = 0; i < p->ndims; i++)
 			appendStringInfo(&sql, ", COALESCE(k.%1$s, r.%1$s)", quote_identifier(p->dims[i]));
 		appendStringInfo(&sql, ", COALESCE(k.total, 0), COALESCE(r.total, 0), COALESCE(k.keys, 0), COALESCE(r.keys, 0)"
@@ -577,42 +576,62 @@ exactonce_rebuild(PG_FUNCTION_ARGS)
 						 dims.data, dims.data, s, dims.data, BuildRecompute(p));
 		for (int i = 0; i < p->ndims; i++)
 			appendStringInfo(&sql, " AND k.%1$s IS NOT DISTINCT FROM r.%1$s", quote_identifier(p->dims[i]));
-		appendStringInfoString(&sql, " WHERE (k.total, k.keys) IS DISTINCT FROM (r.total, r.keys) ORDER BY 1");
+		appendStringInfoString(&sql, " WHERE (k.total, k.keys) IS DISTINCT FROM (r.total, r.keys))");
+		appendStringInfo(&dml, "INSERT INTO %s.feed (level, ", s);
 		for (int i = 0; i < p->ndims; i++)
-			appendStringInfo(&sql, ", %d", i + 2);
-		if (SPI_execute(sql.data, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not record the rebuild in the feed of pipeline \"%s\"", p->name);
+			appendStringInfo(&dml, "%s, ", quote_identifier(p->dims[i]));
+		appendStringInfoString(&dml, "old_total, new_total, old_keys, new_keys) SELECT * FROM r ORDER BY 1");
+		for (int i = 0; i < p->ndims; i++)
+			appendStringInfo(&dml, ", %d", i + 2);
+		StatementWriteAll(sql.data, dml.data, "SELECT pg_catalog.count(*) FROM r");
 		resetStringInfo(&sql);
+		resetStringInfo(&dml);
 	}
-	appendStringInfo(&sql, "DELETE FROM %s.aggregates", s);
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not empty the aggregates of pipeline \"%s\"", p->name);
-	resetStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s.aggregates (", s);
-	AppendCellColumns(&sql, p, "");
-	appendStringInfoString(&sql, ", updated_at) SELECT ");
-	AppendCellColumns(&sql, p, "r.");
-	appendStringInfo(&sql, ", pg_catalog.now() FROM (%s) r", BuildRecompute(p));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not rebuild the aggregates of pipeline \"%s\"", p->name);
-	cells = SPI_processed;
+
+	/*
+	 * Every statement below counts the rows it writes against those it meant
+	 * to: a trigger of the owner's that skips a row would leave a cell short,
+	 * or a staged batch to be applied again on top of the rebuilt cells.
+	 */
+	StatementWriteAll(NULL, psprintf("DELETE FROM %s.aggregates", s),
+					  psprintf("SELECT pg_catalog.count(*) FROM %s.aggregates", s));
+	appendStringInfo(&sql, "r AS MATERIALIZED (%s)", BuildRecompute(p));
+	appendStringInfo(&dml, "INSERT INTO %s.aggregates (", s);
+	AppendCellColumns(&dml, p, "");
+	appendStringInfoString(&dml, ", updated_at) SELECT ");
+	AppendCellColumns(&dml, p, "r.");
+	appendStringInfoString(&dml, ", pg_catalog.now() FROM r");
+	cells = StatementWriteAll(sql.data, dml.data, "SELECT pg_catalog.count(*) FROM r");
 
 	if (p->ndistinct > 0)
 	{
 		int			nsets = p->rollup ? p->ndims + 1 : p->nsets;
 
-		if (SPI_execute(psprintf("DELETE FROM %s.distincts", s), false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "could not empty the distinct values of pipeline \"%s\"", p->name);
+		StatementWriteAll(NULL, psprintf("DELETE FROM %s.distincts", s),
+						  psprintf("SELECT pg_catalog.count(*) FROM %s.distincts", s));
 		for (int set = 0; set < nsets; set++)
 			for (int col = 0; col < p->ndistinct; col++)
-				if (SPI_execute(BuildDistinctRebuild(p, p->rollup ? CELL_LEVEL_MASK(set) : p->sets[set], col),
-								false, 0) != SPI_OK_INSERT)
-					elog(ERROR, "could not rebuild the distinct values of pipeline \"%s\"", p->name);
+				StatementWriteAll(psprintf("r AS MATERIALIZED (%s)",
+										   BuildDistinctRebuild(p, p->rollup ? CELL_LEVEL_MASK(set) : p->sets[set], col)),
+								  psprintf("INSERT INTO %s.distincts (cell, col, value, n) SELECT * FROM r", s),
+								  "SELECT pg_catalog.count(*) FROM r");
 	}
 
-	if (SPI_execute(psprintf("UPDATE %s.ledger SET applied_at = pg_catalog.now() WHERE applied_at IS NULL", s),
-					false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update the ledger of pipeline \"%s\"", p->name);
+	StatementWriteAll(NULL, psprintf("UPDATE %s.ledger SET applied_at = pg_catalog.now() WHERE applied_at IS NULL", s),
+					  psprintf("SELECT pg_catalog.count(*) FROM %s.ledger WHERE applied_at IS NULL", s));
+
+	/*
+	 * What the owner's triggers did after the rows were written: every cell
+	 * is there, and no batch is left staged.
+	 */
+	if (SPI_execute(psprintf("SELECT (SELECT pg_catalog.count(*) FROM %s.aggregates) OPERATOR(pg_catalog.=) " UINT64_FORMAT
+							 " AND NOT EXISTS (SELECT FROM %s.ledger WHERE applied_at IS NULL)", s, cells, s),
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the rebuilt aggregates of pipeline \"%s\"", p->name);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		StatementRowRefused(p->name, "aggregates",
+							psprintf("After rebuild() wrote its " UINT64_FORMAT " cells and marked the staged batches applied, "
+									 "a trigger changed the cells or the ledger.", cells));
 
 	PipelineActAsCaller(p);
 	StatementUnpinSearchPath(nestlevel);

@@ -1,0 +1,12 @@
+/*
+ * exactonce 1.32 -> 1.33: the library only.
+ *
+ * Nothing in the catalog changes.  What rebuild(), set_shards() and a
+ * narrower WHERE of alter_pipeline_as() write to a pipeline's tables as a
+ * whole set of rows, they count against the rows they meant to write: a
+ * trigger of the owner's that skips rows is refused (EO006), where with
+ * 1.32 it left cells short, or a staged batch to be applied again on top
+ * of the rebuilt cells.
+ */
+
+\echo Use "ALTER EXTENSION exactonce UPDATE TO '1.33'" to load this file. \quit
