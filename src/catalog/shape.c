@@ -664,6 +664,24 @@ ShapeLockForDrop(Oid nspid)
 }
 
 /*
+ * ShapeRefuseTriggers refuses rel, open, a table of a pipeline that a stage
+ * writes directly, if it has triggers: the stage would not fire them, and
+ * whatever else writes the table (a move) must not fire them either, or a
+ * trigger could skip rows there that the stage counts on.
+ */
+void
+ShapeRefuseTriggers(Relation rel)
+{
+	if (rel->trigdesc != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s.%s\" has triggers, which the pipeline's writes would not fire",
+						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
+				 errdetail("The pipeline writes this table directly, without the executor. A tool that follows changes with a trigger, such as pg_repack, would lose them."),
+				 errhint("The pipeline goes on once the trigger is gone: wait for the tool to finish, or drop the trigger.")));
+}
+
+/*
  * ShapeOpenDirect opens a table of a pipeline that a stage writes directly
  * through the table AM, without the executor: for the current role's modes
  * (ACL_SELECT, ACL_INSERT, ACL_UPDATE, ACL_DELETE), and only while the
@@ -693,13 +711,7 @@ ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes)
 			aclcheck_error(r, OBJECT_TABLE, get_rel_name(relid));
 	}
 	rel = table_open(relid, RowExclusiveLock);
-	if (rel->trigdesc != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"%s.%s\" has triggers, which the pipeline's writes would not fire",
-						get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel)),
-				 errdetail("The pipeline writes this table directly, without the executor. A tool that follows changes with a trigger, such as pg_repack, would lose them."),
-				 errhint("The pipeline goes on once the trigger is gone: wait for the tool to finish, or drop the trigger.")));
+	ShapeRefuseTriggers(rel);
 	desc = RelationGetDescr(rel);
 	for (int a = 0; a < desc->natts; a++)
 		if (!TupleDescAttr(desc, a)->attisdropped)

@@ -33,6 +33,7 @@ extern Oid	ShapeColumnType(Pipeline *p, const char *table, const char *column,
 extern void ShapeCheckColumn(Oid relid, const char *pipeline, const char *table,
 							 const char *column, Oid type, bool notnull);
 extern bool ShapeIsSlotCheck(Pipeline *p, Oid relid, const char *ccbin);
+extern void ShapeRefuseTriggers(Relation rel);
 extern Relation ShapeOpenDirect(Oid relid, AclMode modes, int ncolumns, int nindexes);
 extern bool ShapeIndexIs(Relation index, Oid relid, const AttrNumber *attnums, int n, bool unique);
 

@@ -198,6 +198,48 @@ ReadSums(MovedTotals *moved)
 }
 
 /*
+ * MoveTableDirect tells whether table of a pipeline is one the state stage
+ * writes directly (state, seen), and refuses it if it has triggers: a
+ * move's statements would fire them, and one that skips rows would leave
+ * keys behind, counted on both nodes, or lose them on the way.  The other
+ * tables a move writes (dead_letters) may have triggers of the owner's,
+ * and their rows are counted (MoveCheckCount).
+ */
+static bool
+MoveTableDirect(Pipeline *p, const char *table)
+{
+	Oid			relid = get_relname_relid(table, p->nspid);
+	Relation	rel;
+
+	if (!OidIsValid(relid) || (relid != p->state && relid != p->seen))
+		return false;
+	rel = table_open(relid, RowExclusiveLock);
+	ShapeRefuseTriggers(rel);
+	table_close(rel, NoLock);
+	return true;
+}
+
+/*
+ * MoveCheckCount refuses a move whose statement on table took out or put
+ * in ("what") other than all the rows of the range, whose number the
+ * statement's last column has (read with its snapshot): an owner's trigger
+ * skipped some.
+ */
+static void
+MoveCheckCount(Pipeline *p, const char *table, const char *what, int32 modulus, int32 remainder,
+			   int64 n)
+{
+	bool		isnull;
+	int64		all = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												  SPI_tuptable->tupdesc->natts, &isnull));
+
+	if (n != all)
+		StatementRowRefused(p->name, table,
+							psprintf("A move %s " INT64_FORMAT " of the " INT64_FORMAT " rows of the keys (%d, %d): "
+									 "a trigger skipped the others.", what, n, all, modulus, remainder));
+}
+
+/*
  * TakeRows deletes a pipeline table's rows of the range and returns them as
  * a JSON array of objects, one per row, by column name (NULL if none): the
  * columns of the same table may stand in another order on the other node
@@ -214,6 +256,7 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 	const char *taken = psprintf("WITH taken AS (DELETE FROM %s.%s"
 								 " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2 RETURNING *)",
 								 quote_identifier(p->name), table);
+	bool		counted = !MoveTableDirect(p, table);
 	bool		isnull;
 	StringInfoData rows;
 
@@ -240,11 +283,16 @@ TakeRows(Pipeline *p, const char *table, int32 modulus, int32 remainder, int64 *
 		appendStringInfoChar(&rows, ']');
 		return rows.data;
 	}
-	if (SPI_execute_with_args(psprintf("%s SELECT pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.count(*)%s FROM taken",
-									   taken, moved ? SUMS("taken") : ""),
+	if (SPI_execute_with_args(psprintf("%s SELECT pg_catalog.json_agg(taken)::pg_catalog.text, pg_catalog.count(*)%s%s FROM taken",
+									   taken, moved ? SUMS("taken") : "",
+									   counted ? psprintf(", (SELECT pg_catalog.count(*) FROM %s.%s"
+														  " WHERE exactonce.key_bucket(key, $1) OPERATOR(pg_catalog.=) $2)",
+														  quote_identifier(p->name), table) : ""),
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not take the %s rows of pipeline \"%s\"", table, p->name);
 	*n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (counted)
+		MoveCheckCount(p, table, "took out", modulus, remainder, *n);
 	if (moved)
 		ReadSums(moved);
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -393,6 +441,9 @@ PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 r
 	char	   *source;
 	bool		isnull;
 
+	bool		counted = !MoveTableDirect(p, table);
+	int64		n;
+
 	source = psprintf(rows[0] == '[' ?
 					  "pg_catalog.json_populate_recordset(NULL::%s.%s, $1::pg_catalog.text::pg_catalog.json)" :
 					  "pg_catalog.unnest($1::pg_catalog.text::%s.%s[])", s, table);
@@ -406,13 +457,17 @@ PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 r
 		return (int64) SPI_processed;
 	}
 	if (SPI_execute_with_args(psprintf("WITH put AS (INSERT INTO %1$s.%2$s SELECT * FROM %3$s RETURNING *)"
-									   " SELECT NULL, pg_catalog.count(*)%4$s FROM put", s, table, source,
-									   moved ? SUMS("put") : ""),
+									   " SELECT NULL, pg_catalog.count(*)%4$s%5$s FROM put", s, table, source,
+									   moved ? SUMS("put") : "",
+									   counted ? psprintf(", (SELECT pg_catalog.count(*) FROM %s)", source) : ""),
 							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not put the %s rows of pipeline \"%s\"", table, p->name);
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (counted)
+		MoveCheckCount(p, table, "put in", modulus, remainder, n);
 	if (moved)
 		ReadSums(moved);
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return n;
 }
 
 /*
