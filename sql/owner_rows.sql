@@ -147,6 +147,16 @@ SELECT change, orw.try('CREATE TRIGGER t ' || change,
 SELECT exactonce.move_keys_in('orm', 4, 1, 'node2', 'm-2', state, seen, dead_letters, horizon) = keys AS all_back
 	FROM orm_moved;
 COMMIT;
+-- and the events parked while keys move, put back into the queue before
+-- their table is dropped: a trigger that keeps some there is refused
+SELECT exactonce.move_keys_park('orm', 2, 0, 'node2');
+INSERT INTO orm.ingest (key, version, value, d) SELECT 'k' || i, 2, i, 'd' || i % 3 FROM generate_series(1, 40) i;
+SELECT count(*) AS parked FROM orm.moving_2_0 \gset
+SELECT :parked > 0 AS parked;
+SELECT orw.try('CREATE TRIGGER t BEFORE DELETE ON orm.moving_2_0 FOR EACH ROW EXECUTE FUNCTION orb.skip()',
+	'SELECT exactonce.move_keys_unpark(''orm'', 2, 0)');
+SELECT exactonce.move_keys_unpark('orm', 2, 0) = :parked AS all_returned;
+SELECT exactonce.flush('orm') > 0 AS flushed;
 SELECT item, ok FROM exactonce.verify('orm');
 -- without them the staged batch is in the rebuilt cells once
 SELECT count(*) FILTER (WHERE applied_at IS NULL) AS staged FROM orb.ledger;

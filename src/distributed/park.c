@@ -41,6 +41,7 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
+#include "catalog/statement.h"
 #include "distributed/park.h"
 #include "engine/event.h"
 
@@ -262,17 +263,16 @@ ParkReturn(Pipeline *p, int32 modulus, int32 remainder)
 	returning = relid;
 	PG_TRY();
 	{
-		if (SPI_execute(psprintf("WITH parked AS (DELETE FROM %1$s.%2$s RETURNING %3$s)"
-								 " INSERT INTO %1$s.ingest (%3$s) SELECT * FROM parked",
-								 s, t, cols.data), false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not return the events of the moving keys of pipeline \"%s\" to its queue", p->name);
+		/* every parked event, or none: the table is dropped next */
+		n = (int64) StatementWriteAll(psprintf("parked AS (DELETE FROM %s.%s RETURNING %s)", s, t, cols.data),
+									  psprintf("INSERT INTO %s.ingest (%s) SELECT * FROM parked", s, cols.data),
+									  psprintf("SELECT pg_catalog.count(*) FROM %s.%s", s, t));
 	}
 	PG_FINALLY();
 	{
 		returning = InvalidOid;
 	}
 	PG_END_TRY();
-	n = (int64) SPI_processed;
 	if (SPI_execute(psprintf("DROP TABLE %s.%s", s, t), false, 0) < 0)
 		elog(ERROR, "could not drop the table of the moving keys of pipeline \"%s\"", p->name);
 	return n;
