@@ -217,7 +217,7 @@ static const char *const hand_changed_hint =
 
 /*
  * StatementRowRefused reports that table schema.table of a pipeline holds
- * a row exactonce did not write (detail says how), with SQLSTATE EO006.  A
+ * other rows than exactonce wrote (detail says how), with SQLSTATE EO006.  A
  * pipeline's tables belong to its owner, who may delete, add or change
  * rows exactonce counts on: whatever reads them checks, and refuses here.
  */
@@ -226,7 +226,7 @@ StatementRowRefused(const char *schema, const char *table, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_EXACTONCE_ROW_CHANGED),
-			 errmsg("table %s.%s holds rows that exactonce did not write",
+			 errmsg("table %s.%s does not hold what exactonce wrote",
 					quote_identifier(schema), quote_identifier(table)),
 			 errdetail_internal("%s", detail),
 			 errhint("%s", hand_changed_hint)));

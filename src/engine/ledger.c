@@ -64,6 +64,16 @@ BuildLedgerStage(Pipeline *p)
 }
 
 /*
+ * BuildLedgerKnown: the row of token $1.
+ */
+static const char *
+BuildLedgerKnown(Pipeline *p)
+{
+	return psprintf("SELECT 1 FROM %s.ledger WHERE token OPERATOR(pg_catalog.=) $1",
+					quote_identifier(p->name));
+}
+
+/*
  * BuildLedgerPending: lock the staged batches, oldest first.
  */
 static const char *
@@ -175,6 +185,19 @@ LedgerStage(Pipeline *p, const uint8 *token, const char *source, int64 position,
 	}
 	StatementExec(StatementPrepare(p, BuildLedgerStage, LEDGER_MORE(p) ? 15 : 8, types),
 				  values, nulls, -1);
+
+	/*
+	 * Nothing inserted: the token is there already (a batch staged again), or
+	 * a trigger of the owner's skipped the row, and the batch, whose events
+	 * state has taken, would never reach the aggregates.
+	 */
+	if (SPI_processed == 0)
+	{
+		StatementExec(StatementPrepare(p, BuildLedgerKnown, 1, types), values, NULL, -1);
+		if (SPI_processed != 1)
+			StatementRowRefused(p->name, "ledger",
+								"A batch map staged is not in the ledger: a trigger skipped its row.");
+	}
 }
 
 /*
