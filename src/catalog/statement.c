@@ -24,6 +24,12 @@
  * A caller's own SQL in a statement (a view's keys and filter, a filter of
  * dead letters) is checked first to be one expression (StatementParsePiece).
  *
+ * A statement on a pipeline's tables, which its owner may change and plant
+ * triggers on, counts the rows it touched: StatementExec against the
+ * number its caller expects, StatementWriteAll (a whole set of rows known
+ * only as it runs, such as rebuild()'s) against a query of what it meant
+ * to write.  A difference is refused as rows changed by hand (EO006).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
