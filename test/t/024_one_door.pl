@@ -57,7 +57,8 @@
 #                  committed, then set back) before the calls that reach
 #                  the node, its coordinator's queue as on main;
 #   rows changed   rows of each table of main's pipelines deleted, added,
-#                  renumbered or given values no stage writes, by the
+#                  renumbered or given values no stage writes, or a
+#                  trigger that skips every row written to one table, by the
 #                  owner, one change at a time, in the transaction of the
 #                  calls that reach the pipeline (as the owner and the
 #                  superuser);
@@ -1585,10 +1586,12 @@ for my $name (@pipeline_names)
 
 # what the owner may write into the tables it owns, as DML: rows deleted,
 # added, doubled, renumbered, and values no stage writes (negative
-# rotations and positions, NaN, nulls, arrays of other lengths), each in
-# the transaction of the calls; what exactonce reads from them it must
-# check (src/catalog/statement.c, StatementRowRefused), so every call
-# refuses with an SQLSTATE of its own or runs, as on the real rows
+# rotations and positions, NaN, nulls, arrays of other lengths), or a
+# trigger that skips every row written to one table, each in the
+# transaction of the calls; what exactonce reads from them it must check,
+# and what it writes count (src/catalog/statement.c, StatementRowRefused,
+# StatementWriteAll), so every call refuses with an SQLSTATE of its own or
+# runs, as on the real rows
 my @row_changes = (
 	'DELETE FROM P.progress',
 	'UPDATE P.progress SET rotation = rotation + 5',
@@ -1627,7 +1630,10 @@ my @row_changes = (
 	'UPDATE P.ledger SET applied_at = NULL',
 	"UPDATE P.ledger SET token = '\\x00'",
 	'INSERT INTO P.ledger SELECT * FROM P.ledger',
-	"INSERT INTO P.dead_letters (key, version, value, reason) VALUES ('dl', 1, 'NaN', 'x')");
+	"INSERT INTO P.dead_letters (key, version, value, reason) VALUES ('dl', 1, 'NaN', 'x')",
+	map { "CREATE FUNCTION P.skip() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN RETURN NULL; END \$\$;\n"
+		  . "CREATE TRIGGER skip BEFORE INSERT OR UPDATE OR DELETE ON P.$_ FOR EACH ROW EXECUTE FUNCTION P.skip()" }
+	  qw(progress shard aggregates distincts state seen feed ledger dead_letters));
 
 for my $name ('s_latest', 's_acc')
 {
