@@ -293,15 +293,17 @@ StatementWriteAll(const char *with, const char *dml, const char *meant)
 {
 	char	   *sql = psprintf("WITH %s%sw AS (%s RETURNING 1) SELECT (SELECT pg_catalog.count(*) FROM w), ((%s))::pg_catalog.int8",
 							   with ? with : "", with ? ", " : "", dml, meant);
-	bool		isnull;
+	bool		isnull[2];
 	int64		wrote,
 				rows;
 
 	if (SPI_execute(sql, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "exactonce statement failed: %s", sql);
-	wrote = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	if (isnull || wrote != rows)
+	wrote = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull[0]));
+	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull[1]));
+	if (isnull[0] || isnull[1])
+		elog(ERROR, "exactonce statement counted no rows: %s", sql);
+	if (wrote != rows)
 		RowCountRefused(wrote, rows, dml);
 	return (uint64) wrote;
 }

@@ -440,7 +440,6 @@ PutRows(Pipeline *p, const char *table, const char *rows, int32 modulus, int32 r
 	const char *s = quote_identifier(p->name);
 	char	   *source;
 	bool		isnull;
-
 	bool		counted = !MoveTableDirect(p, table);
 	int64		n;
 
