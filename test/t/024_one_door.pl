@@ -61,7 +61,9 @@
 #                  trigger that skips every row written to one table, by the
 #                  owner, one change at a time, in the transaction of the
 #                  calls that reach the pipeline (as the owner and the
-#                  superuser);
+#                  superuser); with a skipping trigger, a call that runs
+#                  must leave what verify() says after it as it was after
+#                  the same call unaltered;
 #   sqlsmith       main's pipelines resumed with a column of each table
 #                  altered (committed): the workers must refuse them with
 #                  an error; meanwhile random queries as the owner.
@@ -843,6 +845,20 @@ sub in_savepoint
 	  . "\\echo \@\@end $it->{id} :SQLSTATE :LAST_ERROR_MESSAGE\nROLLBACK TO SAVEPOINT eo_call;\n";
 }
 
+# the same, and then, where the call ran, what exactonce.verify() says of
+# its pipeline in that savepoint: "@@verify id ok SQLSTATE", ok the AND of
+# its checks (a batch lost to a skipped write leaves the aggregates apart
+# from state)
+sub in_savepoint_verified
+{
+	my ($it) = @_;
+	my $verify =
+	  "\\if :ERROR\n\\else\nRESET ROLE;\n\\unset eo_verified\n"
+	  . "SELECT coalesce(bool_and(ok), true) AS eo_verified FROM exactonce.verify('$it->{pipeline}') \\gset\n"
+	  . "\\echo \@\@verify $it->{id} :eo_verified :SQLSTATE\n\\endif\n";
+	return in_savepoint($it) =~ s/(?=ROLLBACK TO SAVEPOINT eo_call;\n\z)/$verify/r;
+}
+
 # run_groups(groups): run groups of calls in one psql session on main.  A
 # group is { id, pre, body, items, wrap, post }: pre (which may \connect
 # elsewhere) ends with the statement that must succeed for the items to run
@@ -917,6 +933,10 @@ sub run_groups
 			elsif ($line =~ /^\@\@restore (\S+) (\S*) ?(.*)$/)
 			{
 				$restored{$1} = $2 eq '00000' ? '' : "$2 $3";
+			}
+			elsif ($line =~ /^\@\@verify (\d+) (.*)$/)
+			{
+				$call{$1}{verified} = $2;
 			}
 			elsif ($line =~ /^\@\@start (\d+)$/)
 			{
@@ -1362,6 +1382,14 @@ sub main_group
 	};
 }
 
+# main_group whose calls are each followed by verify() (in_savepoint_verified)
+sub verified_group
+{
+	my $g = main_group(@_);
+	$g->{wrap} = \&in_savepoint_verified;
+	return $g;
+}
+
 # the reference: each call on main's pipelines twice, unaltered; a call
 # whose result differs between the two is volatile, not compared
 my (%reference, %reaches_node);
@@ -1369,13 +1397,14 @@ my (%reference, %reaches_node);
 	my @ids;
 	for my $name ('s_latest', 's_acc')
 	{
-		my @runs = map { main_group($name, "reference/$name/$_", undef, "SELECT;\n", $owner, 'superuser') } 1, 2;
+		my @runs = map { verified_group($name, "reference/$name/$_", undef, "SELECT;\n", $owner, 'superuser') } 1, 2;
 		run_groups(@runs);
 		my ($first, $second) = map { $_->{items} } @runs;
 		for my $i (0 .. $#$first)
 		{
 			my ($a, $b) = ($first->[$i], $second->[$i]);
 			$a->{volatile} = 1 if masked($a) ne masked($b) || ($a->{code} // '') ne ($b->{code} // '');
+			$a->{verify_volatile} = 1 if ($a->{verified} // '') ne ($b->{verified} // '');
 			$reference{$name}{"$a->{role}/$a->{fn}"} = $a->{id};
 		}
 		push @ids, map { $_->{id} } @$first, @$second;
@@ -1642,10 +1671,31 @@ for my $name ('s_latest', 's_acc')
 	for my $i (0 .. $#row_changes)
 	{
 		my $change = $row_changes[$i] =~ s/\bP\./$name./gr;
-		push @groups, main_group($name, "rows/$name/$i", "rows: $change",
+		my $group = $change =~ /CREATE TRIGGER skip/ ? \&verified_group : \&main_group;
+		push @groups, $group->($name, "rows/$name/$i", "rows: $change",
 			"SET LOCAL ROLE $owner;\n$change;\n", $owner, 'superuser');
 	}
 	my ($skipped) = run_groups(@groups);
+
+	# a call that runs with a trigger that skips every row written to one
+	# table (the rows all as they were) must leave the pipeline as verify()
+	# finds it after the same call unaltered: not proceed past a write that
+	# did not happen
+	my (@proceeded, %compared);
+	for my $it (map { @{ $_->{items} } } grep { $_->{wrap} == \&in_savepoint_verified } @groups)
+	{
+		next unless ($it->{code} // '') eq '00000';
+		my $ref = $call{ $reference{$name}{"$it->{role}/$it->{fn}"} // '' };
+		next unless $ref && ($ref->{code} // '') eq '00000' && !$ref->{verify_volatile};
+		$compared{ $ref->{verified} // 'none' }++;
+		push @proceeded, describe($it->{id}) . ": verify() said $it->{verified}, unaltered $ref->{verified}"
+		  if ($it->{verified} // '') ne ($ref->{verified} // '');
+	}
+	note("$name: calls that ran past a skipping trigger, by what verify() said unaltered: "
+		  . join(', ', map { "$_ $compared{$_}" } sort keys %compared));
+	finding("$name rows changed", 'proceeded', @proceeded);
+	ok(!@proceeded, "$name: a call that runs past a trigger skipping every row leaves what verify() finds as unaltered")
+	  or diag(join("\n", at_most(40, @proceeded)));
 	my @ids;
 	for my $g (@groups)
 	{
