@@ -835,14 +835,15 @@ sub in_transaction
 }
 
 # a call in a savepoint of the group's transaction (which altered a table),
-# as its role by SET ROLE
+# as its role by SET ROLE; then what after says, before the savepoint goes
 sub in_savepoint
 {
-	my ($it) = @_;
+	my ($it, $after) = @_;
 	return "SAVEPOINT eo_call;\n"
 	  . ($it->{role} eq 'superuser' ? '' : "SET LOCAL ROLE $it->{role};\n")
 	  . settings($it) . "$it->{sql};\n"
-	  . "\\echo \@\@end $it->{id} :SQLSTATE :LAST_ERROR_MESSAGE\nROLLBACK TO SAVEPOINT eo_call;\n";
+	  . "\\echo \@\@end $it->{id} :SQLSTATE :LAST_ERROR_MESSAGE\n"
+	  . ($after // '') . "ROLLBACK TO SAVEPOINT eo_call;\n";
 }
 
 # the same, and then, where the call ran, what exactonce.verify() says of
@@ -852,11 +853,10 @@ sub in_savepoint
 sub in_savepoint_verified
 {
 	my ($it) = @_;
-	my $verify =
-	  "\\if :ERROR\n\\else\nRESET ROLE;\n\\unset eo_verified\n"
-	  . "SELECT coalesce(bool_and(ok), true) AS eo_verified FROM exactonce.verify('$it->{pipeline}') \\gset\n"
-	  . "\\echo \@\@verify $it->{id} :eo_verified :SQLSTATE\n\\endif\n";
-	return in_savepoint($it) =~ s/(?=ROLLBACK TO SAVEPOINT eo_call;\n\z)/$verify/r;
+	return in_savepoint($it,
+		    "\\if :ERROR\n\\else\nRESET ROLE;\n\\unset eo_verified\n"
+		  . "SELECT coalesce(bool_and(ok), true) AS eo_verified FROM exactonce.verify('$it->{pipeline}') \\gset\n"
+		  . "\\echo \@\@verify $it->{id} :eo_verified :SQLSTATE\n\\endif\n");
 }
 
 # run_groups(groups): run groups of calls in one psql session on main.  A
@@ -1688,11 +1688,12 @@ for my $name ('s_latest', 's_acc')
 		my $ref = $call{ $reference{$name}{"$it->{role}/$it->{fn}"} // '' };
 		next unless $ref && ($ref->{code} // '') eq '00000' && !$ref->{verify_volatile};
 		$compared{ $ref->{verified} // 'none' }++;
-		push @proceeded, describe($it->{id}) . ": verify() said $it->{verified}, unaltered $ref->{verified}"
-		  if ($it->{verified} // '') ne ($ref->{verified} // '');
+		my ($got, $want) = map { $_->{verified} // 'nothing' } $it, $ref;
+		push @proceeded, describe($it->{id}) . ": verify() said $got, unaltered $want" if $got ne $want;
 	}
 	note("$name: calls that ran past a skipping trigger, by what verify() said unaltered: "
 		  . join(', ', map { "$_ $compared{$_}" } sort keys %compared));
+	ok(grep({ /^t / } keys %compared), "$name: some calls ran past a skipping trigger where verify() said true unaltered");
 	finding("$name rows changed", 'proceeded', @proceeded);
 	ok(!@proceeded, "$name: a call that runs past a trigger skipping every row leaves what verify() finds as unaltered")
 	  or diag(join("\n", at_most(40, @proceeded)));
